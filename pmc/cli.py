@@ -1,0 +1,235 @@
+"""Command-line parsing only: each subcommand calls one function elsewhere.
+
+``pegasus-mpi-cluster [options] workflow.dag`` takes the reference's options with the
+same meaning; ``pmc run`` takes the same options plus this project's own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import sys
+from collections.abc import Callable, Sequence
+
+from pmc import __version__, log
+from pmc.options import RunOptions
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors exit 2 with one line of usage and one of error."""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _nonneg_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    return value
+
+
+def _minutes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected minutes, got {text!r}") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of minutes, got {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = _nonneg_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"not a TCP port: {value}")
+    return value
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    """The reference's options (same letters, same meaning) and this project's own."""
+    p.add_argument("dag", metavar="workflow.dag", help="the DAG file to run")
+    p.add_argument("-v", "--verbose", action="count", default=0,
+                   help="more logging (repeatable): DEBUG, TRACE")
+    p.add_argument("-q", "--quiet", action="count", default=0,
+                   help="less logging (repeatable): WARN, ERROR, FATAL")
+    p.add_argument("-s", "--skip-rescue", action="store_true",
+                   help="ignore an existing rescue log (a new one is still written)")
+    p.add_argument("-o", "--stdout", metavar="PATH", help="file for task stdout")
+    p.add_argument("-e", "--stderr", metavar="PATH", help="file for task stderr")
+    p.add_argument("-m", "--max-failures", metavar="M", type=_nonneg_int, default=0,
+                   help="stop starting new tasks after M tasks failed (0: unlimited)")
+    p.add_argument("-t", "--tries", metavar="T", type=_positive_int, default=1,
+                   help="tries per task before it counts as failed (default 1)")
+    p.add_argument("-n", "--nolock", action="store_true", help="do not lock the DAG file")
+    p.add_argument("-r", "--rescue", metavar="PATH", help="rescue log (default DAG.rescue)")
+    p.add_argument("--host-script", metavar="PATH",
+                   default=os.environ.get("PMC_HOST_SCRIPT") or None,
+                   help="run once on every host before any task (env PMC_HOST_SCRIPT)")
+    p.add_argument("--host-memory", metavar="MB", type=_nonneg_int,
+                   help="memory per host in MB (env PMC_HOST_MEMORY; default: detected)")
+    p.add_argument("--host-cpus", metavar="N", type=_positive_int,
+                   help="cpus per host (env PMC_HOST_CPUS; default: detected)")
+    p.add_argument("--strict-limits", action="store_true",
+                   help="limit each task's address space to its -m request")
+    p.add_argument("--max-wall-time", metavar="MINUTES", type=_minutes,
+                   help="abort the workflow after this many minutes (env PMC_MAX_WALL_TIME)")
+    p.add_argument("--per-task-stdio", action="store_true",
+                   help="TASK.out.NNN / TASK.err.NNN per task try")
+    p.add_argument("--jobstate-log", action="store_true",
+                   help="write jobstate.log next to the DAG")
+    p.add_argument("--monitord-hack", action="store_true",
+                   help="write DAG.dagman.out for monitord (implies --per-task-stdio)")
+    p.add_argument("--no-resource-log", action="store_true", help="no DAG.resource file")
+    p.add_argument("--no-sleep-on-recv", action="store_true",
+                   help="blocking MPI receives instead of polling with sleep")
+    p.add_argument("--maxfds", metavar="N", type=_positive_int,
+                   help="most files the master keeps open for I/O forwarding")
+    p.add_argument("--keep-affinity", action="store_true",
+                   help="keep the inherited cpu affinity for tasks")
+    p.add_argument("--set-affinity", action="store_true",
+                   help="bind multi-core tasks to a compact set of cpus (PMC_AFFINITY)")
+    ours = p.add_argument_group("pmc options")
+    mode = ours.add_mutually_exclusive_group()
+    mode.add_argument("--local", dest="mode", action="store_const", const="local",
+                      help="embedded mode even under an MPI launcher")
+    mode.add_argument("--mpi", dest="mode", action="store_const", const="mpi",
+                      help="MPI mode even when no launcher is detected")
+    ours.add_argument("--workers", metavar="N", type=_positive_int,
+                      help="embedded mode: worker processes (default: one per cpu)")
+    ours.add_argument("--worker-slots", metavar="K", type=_positive_int, default=1,
+                      help="task slots per worker rank (default 1, as in PMC)")
+    ours.add_argument("--log-format", choices=("text", "json"), default="text",
+                      help="log lines as text (default) or one JSON object per line")
+    ours.add_argument("--log-file", metavar="PATH", help="write the log here, not stderr")
+    ours.add_argument("--metrics-port", metavar="PORT", type=_port,
+                      help="serve Prometheus metrics on this port (0: any free port)")
+    ours.add_argument("--metrics-bind", metavar="ADDR", default="127.0.0.1",
+                      help="address for --metrics-port (default 127.0.0.1)")
+    ours.add_argument("--metrics-textfile", metavar="PATH",
+                      help="write metrics for node_exporter's textfile collector here")
+    ours.add_argument("--metrics-pushgateway", metavar="URL",
+                      help="push metrics to this Pushgateway, and once more at exit")
+    ours.add_argument("--site", metavar="NAME", default="", help=argparse.SUPPRESS)
+
+
+def _env_default(p: argparse.ArgumentParser, args: argparse.Namespace, attr: str, var: str,
+                 conv: Callable[[str], object]) -> None:
+    if getattr(args, attr) is not None:
+        return
+    text = os.environ.get(var)
+    if text is None or text == "":
+        return
+    try:
+        setattr(args, attr, conv(text))
+    except argparse.ArgumentTypeError as e:
+        p.error(f"environment variable {var}: {e}")
+
+
+def options_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> RunOptions:
+    _env_default(p, args, "host_memory", "PMC_HOST_MEMORY", _nonneg_int)
+    _env_default(p, args, "host_cpus", "PMC_HOST_CPUS", _positive_int)
+    _env_default(p, args, "max_wall_time", "PMC_MAX_WALL_TIME", _minutes)
+    if args.maxfds is not None:
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and args.maxfds > soft:
+            p.error(f"argument --maxfds: must not exceed RLIMIT_NOFILE ({soft}), "
+                    f"got {args.maxfds}")
+    return RunOptions(
+        dag=args.dag,
+        stdout=args.stdout,
+        stderr=args.stderr,
+        max_failures=args.max_failures,
+        tries=args.tries,
+        skip_rescue=args.skip_rescue,
+        nolock=args.nolock,
+        rescue=args.rescue,
+        host_script=args.host_script,
+        host_memory=args.host_memory,
+        host_cpus=args.host_cpus,
+        strict_limits=args.strict_limits,
+        max_wall_time=args.max_wall_time,
+        per_task_stdio=args.per_task_stdio or args.monitord_hack,
+        jobstate_log=args.jobstate_log,
+        monitord_hack=args.monitord_hack,
+        no_resource_log=args.no_resource_log,
+        no_sleep_on_recv=args.no_sleep_on_recv,
+        maxfds=args.maxfds,
+        keep_affinity=args.keep_affinity,
+        set_affinity=args.set_affinity,
+        log_level=log.INFO + args.verbose - args.quiet,
+        mode=args.mode or "auto",
+        workers=args.workers,
+        worker_slots=args.worker_slots,
+        log_format=args.log_format,
+        log_file=args.log_file,
+        metrics_port=args.metrics_port,
+        metrics_bind=args.metrics_bind,
+        metrics_textfile=args.metrics_textfile,
+        metrics_pushgateway=args.metrics_pushgateway,
+        site=args.site,
+    )
+
+
+def cmd_run(p: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    opts = options_from_args(p, args)
+    log.setup(opts.log_level)
+    from pmc.run import run
+
+    return run(opts)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="pmc", description="Run DAGs of many short tasks inside one MPI job.")
+    p.add_argument("-V", "--version", action="version", version=f"pmc {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    run_p = sub.add_parser("run", help="run a workflow (same options as pegasus-mpi-cluster)",
+                           description="Run a PMC DAG, under MPI or embedded.")
+    add_run_options(run_p)
+    run_p.set_defaults(func=lambda a: cmd_run(run_p, a))
+    try:
+        from pmc.adapters.cli import add_commands
+    except ImportError:
+        pass
+    else:
+        add_commands(sub)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = build_parser()
+    args = p.parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+def pegasus_main(argv: Sequence[str] | None = None) -> int:
+    """``pegasus-mpi-cluster [options] workflow.dag``: the reference's command line."""
+    p = _Parser(prog="pegasus-mpi-cluster",
+                description="Run a PMC DAG (pegasus-mpi-cluster compatible).")
+    p.add_argument("-V", "--version", action="version",
+                   version=f"pegasus-mpi-cluster (pmc) {__version__}")
+    add_run_options(p)
+    args = p.parse_args(argv)
+    try:
+        return cmd_run(p, args)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _entry() -> None:
+    sys.exit(main())

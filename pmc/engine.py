@@ -1,0 +1,176 @@
+"""The pure DAG state machine: which tasks are ready, in what order, and what a result means.
+
+No MPI, no files, no clocks. Tasks are integer ids (their index in DAG order). Ready tasks
+are grouped into resource classes (cpus, memory) so the master can match the best task to
+a free slot in O(classes); within a class a heap of packed integers orders them by priority
+(higher first), then DAG order, without a tuple per entry.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+from array import array
+from collections.abc import Iterable, Iterator
+
+from pmc.dag import DAG
+
+_ID_MASK = 0xFFFFFFFF
+
+
+class State(enum.IntEnum):
+    WAITING = 0  # parents not done yet
+    READY = 1
+    RUNNING = 2
+    DONE = 3
+    FAILED = 4  # permanently: all tries used
+    HELD = 5  # not admitted in this run (e.g. expected runtime exceeds the time left)
+
+
+class Outcome(enum.Enum):
+    SUCCEEDED = "succeeded"
+    RETRY = "retry"  # failed, will be tried again
+    FAILED = "failed"  # failed permanently
+
+
+def _key(priority: int, task_id: int) -> int:
+    return (-priority << 32) | task_id
+
+
+class Engine:
+    """Readiness, ordering, tries and failure accounting for one run of a DAG."""
+
+    def __init__(
+        self,
+        dag: DAG,
+        *,
+        tries: int = 1,
+        max_failures: int = 0,
+        done: Iterable[int] = (),
+    ) -> None:
+        if tries < 1:
+            raise ValueError("tries must be at least 1")
+        self.dag = dag
+        self.default_tries = tries
+        self.max_failures = max_failures
+        n = len(dag)
+        self.state = bytearray(n)
+        self.waiting_on = array("i", dag.nparents)
+        self.attempts: dict[int, int] = {}  # only tasks that have started at least once
+        self.classes: dict[tuple[int, int], list[int]] = {}
+        self.ndone = 0
+        self.nfailed = 0
+        self.nrunning = 0
+        self.nready = 0
+        self.nheld = 0
+        self.nretries = 0
+        self.recovered = 0  # tasks DONE from the rescue log
+        tasks = dag.tasks
+        state = self.state
+        for task_id in done:
+            if state[task_id] != State.DONE:
+                state[task_id] = State.DONE
+                self.ndone += 1
+        self.recovered = self.ndone
+        waiting_on = self.waiting_on
+        if self.ndone:
+            for task_id in range(n):
+                if state[task_id] == State.DONE:
+                    for child in dag.children(task_id):
+                        waiting_on[child] -= 1
+        buckets: dict[tuple[int, int], list[int]] = {}
+        for task_id in range(n):
+            if waiting_on[task_id] == 0 and state[task_id] == State.WAITING:
+                task = tasks[task_id]
+                state[task_id] = State.READY
+                buckets.setdefault((task.cpus, task.memory), []).append(
+                    _key(task.priority, task_id)
+                )
+                self.nready += 1
+        for cls, heap in buckets.items():
+            heapq.heapify(heap)
+            self.classes[cls] = heap
+
+    # -- queries -----------------------------------------------------------------
+
+    def accepting(self) -> bool:
+        """False once --max-failures tasks have failed: start nothing new."""
+        return not (self.max_failures and self.nfailed >= self.max_failures)
+
+    def ready_heads(self) -> list[tuple[int, int, int]]:
+        """(key, cpus, memory) of each non-empty class's best task, best first."""
+        heads = [(heap[0], cls[0], cls[1]) for cls, heap in self.classes.items() if heap]
+        heads.sort()
+        return heads
+
+    def peek(self, cpus: int, memory: int) -> int:
+        return self.classes[(cpus, memory)][0] & _ID_MASK
+
+    def finished(self) -> bool:
+        """Nothing runs and nothing more will be started in this run."""
+        return self.nrunning == 0 and (self.nready == 0 or not self.accepting())
+
+    def succeeded(self) -> bool:
+        return self.ndone == len(self.state)
+
+    def done_ids(self) -> Iterator[int]:
+        state = self.state
+        return (i for i in range(len(state)) if state[i] == State.DONE)
+
+    def tries_of(self, task_id: int) -> int:
+        tries = self.dag.tasks[task_id].tries
+        return self.default_tries if tries is None else tries
+
+    # -- transitions -------------------------------------------------------------
+
+    def pop(self, cpus: int, memory: int) -> int:
+        """Take the best ready task of a class; it is now running. Returns its id."""
+        task_id = heapq.heappop(self.classes[(cpus, memory)]) & _ID_MASK
+        self.state[task_id] = State.RUNNING
+        self.nready -= 1
+        self.nrunning += 1
+        self.attempts[task_id] = self.attempts.get(task_id, 0) + 1
+        return task_id
+
+    def hold(self, task_id: int) -> None:
+        """A task popped but not admitted in this run (it stays undone for the next)."""
+        self.state[task_id] = State.HELD
+        self.nrunning -= 1
+        self.attempts[task_id] -= 1
+        self.nheld += 1
+
+    def requeue(self, task_id: int) -> None:
+        """A running task whose worker was lost: ready again, the try not counted."""
+        self.attempts[task_id] -= 1
+        self.nrunning -= 1
+        self._make_ready(task_id)
+
+    def complete(self, task_id: int, ok: bool) -> tuple[Outcome, list[int]]:
+        """Record a finished try. Returns the outcome and the tasks that became ready."""
+        self.nrunning -= 1
+        if ok:
+            self.state[task_id] = State.DONE
+            self.ndone += 1
+            newly: list[int] = []
+            waiting_on = self.waiting_on
+            for child in self.dag.children(task_id):
+                waiting_on[child] -= 1
+                if waiting_on[child] == 0 and self.state[child] == State.WAITING:
+                    self._make_ready(child)
+                    newly.append(child)
+            return Outcome.SUCCEEDED, newly
+        if self.attempts[task_id] < self.tries_of(task_id):
+            self.nretries += 1
+            self._make_ready(task_id)
+            return Outcome.RETRY, [task_id]
+        # Descendants stay WAITING for ever: they never run in this run.
+        self.state[task_id] = State.FAILED
+        self.nfailed += 1
+        return Outcome.FAILED, []
+
+    def _make_ready(self, task_id: int) -> None:
+        task = self.dag.tasks[task_id]
+        self.state[task_id] = State.READY
+        self.nready += 1
+        heap = self.classes.setdefault((task.cpus, task.memory), [])
+        heapq.heappush(heap, _key(task.priority, task_id))

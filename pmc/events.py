@@ -1,0 +1,88 @@
+"""Every state change of a task, once, to every observer.
+
+The master calls these hooks in one place; the jobstate log, the fake dagman.out, the
+resource log, structured logs and metrics are observers. An observer overrides only the
+hooks it needs. Hooks run on the master's loop: they must be cheap and must not block.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from pmc.dag import Task
+from pmc.protocol import TaskResult
+
+if TYPE_CHECKING:
+    from pmc.resources import Host
+
+
+@dataclass
+class RunInfo:
+    dag_path: str
+    tasks: int
+    recovered: int  # already DONE from the rescue log
+    workers: int
+    slots: int
+    cpus: int
+    hosts: list[str]
+    start: float
+    mode: str  # "mpi" or "local"
+    site: str = ""
+    max_wall_time: float | None = None  # seconds
+
+
+@dataclass
+class Summary:
+    ok: bool
+    outcome: str  # "succeeded", "failed", "incomplete"
+    reason: str
+    tasks: int
+    submitted: int
+    succeeded: int
+    failed: int
+    extra: int  # retries
+    recovered: int
+    start: float
+    wall: float
+    pid: int
+    app: str
+    runtime: float  # summed task runtime, failed tries included
+    cpu_time: float
+    slots: int
+    cpus: int
+    workers: int
+    makespan: float
+    held: int = 0
+    per_host_runtime: dict[str, float] = field(default_factory=dict)
+
+
+class Observer:
+    """No-op hooks; subclasses override what they need."""
+
+    def started(self, info: RunInfo) -> None:
+        pass
+
+    def ready(self, task: Task, seq: int) -> None:
+        """The task's parents are all done: it is queued (jobstate SUBMIT)."""
+
+    def dispatched(self, task: Task, seq: int, attempt: int, rank: int, host: str) -> None:
+        """Sent to a worker (jobstate EXECUTE)."""
+
+    def result(self, task: Task, seq: int, res: TaskResult, outcome: str) -> None:
+        """A try ended; outcome is "succeeded", "retry" or "failed"."""
+
+    def held(self, task: Task, reason: str) -> None:
+        """Not started in this run (left for the next allocation)."""
+
+    def host_changed(self, host: Host) -> None:
+        """Free slots, cpus or memory of a host changed."""
+
+    def flush(self) -> None:
+        """End of one turn of the master's loop."""
+
+    def finished(self, summary: Summary) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

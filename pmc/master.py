@@ -1,0 +1,511 @@
+"""The master (rank 0): hands ready tasks to workers that have room and records results.
+
+One loop: dispatch what fits, wait for messages (with the wall-time deadline and signals
+in mind), turn results into rescue records, engine transitions and observer events. The
+engine decides order and readiness, ``Resources`` decides where; this module only moves
+data between them and the transport.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import sys
+import time
+from array import array
+from collections import OrderedDict
+from typing import Any
+
+from pmc import log, protocol
+from pmc.dag import DAG
+from pmc.engine import Engine, Outcome
+from pmc.events import Observer, RunInfo, Summary
+from pmc.options import RunOptions
+from pmc.protocol import TaskResult, TaskSpec, WorkerConfig
+from pmc.records import cluster_summary_record
+from pmc.rescue import RescueLog
+from pmc.resources import Resources, Worker
+from pmc.transport import Transport, TransportError
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INCOMPLETE = 3
+
+HELLO_TIMEOUT = 120.0
+BYE_TIMEOUT = 30.0
+SIGNAL_CHECK = 0.25  # longest wait before noticing a signal or the wall-time limit
+
+
+class FatalError(Exception):
+    """Stops the run before or while it runs; the message is logged as FATAL."""
+
+
+class ForwardFiles:
+    """The master's appending writers for I/O forwarding, at most ``maxfds`` open at once
+    (least recently used closed first). Files are opened in append mode, never truncated."""
+
+    def __init__(self, maxfds: int) -> None:
+        self.maxfds = maxfds
+        self.fds: OrderedDict[str, int] = OrderedDict()
+        self.bytes_written = 0
+
+    def write(self, path: str, data: bytes) -> None:
+        fd = self.fds.get(path)
+        if fd is None:
+            if len(self.fds) >= self.maxfds:
+                _, old = self.fds.popitem(last=False)
+                os.close(old)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o666)
+            self.fds[path] = fd
+        else:
+            self.fds.move_to_end(path)
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+        self.bytes_written += len(data)
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+
+
+class Master:
+    def __init__(
+        self,
+        transport: Transport,
+        opts: RunOptions,
+        dag: DAG,
+        done: set[int],
+        observers: list[Observer],
+        mode: str,
+    ) -> None:
+        self.t = transport
+        self.opts = opts
+        self.dag = dag
+        self.done_at_start = done
+        self.observers = observers
+        self.mode = mode
+        self.resources = Resources()
+        self.engine = Engine(dag, tries=opts.tries, max_failures=opts.max_failures, done=done)
+        self.seq = array("i", bytes(4 * len(dag)))  # jobstate sequence number, 0 = none yet
+        self.next_seq = 1
+        self.running: dict[int, tuple[Worker, tuple[int, ...] | None]] = {}
+        self.rescue: RescueLog | None = None
+        self.forward = ForwardFiles(opts.maxfds or default_maxfds())
+        self.start = time.time()
+        self.t0 = time.monotonic()
+        self.deadline: float | None = None
+        if opts.max_wall_time is not None:
+            self.deadline = self.t0 + opts.max_wall_time * 60.0
+        self.stop_reason: str | None = None  # set when the run is being stopped early
+        self.signal_received: int | None = None
+        self.runtime = 0.0
+        self.cpu_time = 0.0
+        self.first_start: float | None = None
+        self.last_end = 0.0
+        self.per_host_runtime: dict[str, float] = {}
+        self.ranks_alive: set[int] = set(range(1, transport.size))
+        self.out_template = f"{opts.dag}.out.{{rank}}"
+        self.err_template = f"{opts.dag}.err.{{rank}}"
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def emit(self, hook: str, *args: Any) -> None:
+        for obs in self.observers:
+            getattr(obs, hook)(*args)
+
+    def broadcast(self, msg: protocol.Message) -> None:
+        for rank in sorted(self.ranks_alive):
+            try:
+                self.t.send(rank, msg)
+            except TransportError:
+                self.worker_lost(rank)
+
+    def remaining(self) -> float | None:
+        if self.deadline is None:
+            return None
+        return self.deadline - time.monotonic()
+
+    # -- start-up --------------------------------------------------------------------------
+
+    def worker_config(self) -> WorkerConfig:
+        o = self.opts
+        return WorkerConfig(
+            dag_path=o.dag,
+            out_path="" if o.per_task_stdio else self.out_template,
+            err_path="" if o.per_task_stdio else self.err_template,
+            per_task_stdio=o.per_task_stdio,
+            host_cpus=o.host_cpus,
+            host_memory=o.host_memory,
+            slots=o.worker_slots,
+            strict_limits=o.strict_limits,
+            keep_affinity=o.keep_affinity,
+            set_affinity=o.set_affinity,
+            host_script=o.host_script,
+            sleep_on_recv=not o.no_sleep_on_recv,
+            log_level=log.level(),
+        )
+
+    def gather_workers(self) -> None:
+        self.broadcast((protocol.CONFIG, protocol.VERSION, self.worker_config()))
+        waiting = set(self.ranks_alive)
+        deadline = time.monotonic() + HELLO_TIMEOUT
+        while waiting:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise FatalError(f"Workers {sorted(waiting)} did not report within "
+                                 f"{HELLO_TIMEOUT:.0f} s")
+            for rank, msg in self.t.poll(min(left, SIGNAL_CHECK)):
+                if msg[0] == protocol.HELLO:
+                    if msg[1] != protocol.VERSION:
+                        raise FatalError(f"Worker {rank} speaks protocol {msg[1]}, "
+                                         f"the master {protocol.VERSION}")
+                    _, _, hostname, cpus, memory, slots, pid, sockets = msg
+                    self.resources.add_worker(rank, hostname, cpus, memory, slots, pid,
+                                              sockets)
+                    waiting.discard(rank)
+                elif msg[0] == protocol.ERROR:
+                    raise FatalError(str(msg[1]))
+            for rank in self.t.lost():
+                raise FatalError(f"Worker {rank} exited before it reported")
+            self.check_signal()
+            if self.stop_reason:
+                raise FatalError(self.stop_reason)
+        for host in self.resources.hosts.values():
+            log.info(f"Host {host.name}: {len(host.workers)} worker(s), {host.cpus} cpus, "
+                     f"{host.memory} MB memory")
+
+    def check_capable(self) -> None:
+        """Abort before anything runs if some task can never fit on any host."""
+        seen: set[tuple[int, int]] = set()
+        state = self.engine.state
+        for task in self.dag.tasks:
+            cls = (task.cpus, task.memory)
+            if cls in seen or state[task.id] == 3:
+                continue
+            seen.add(cls)
+            if not self.resources.can_ever_run(*cls):
+                raise FatalError(f"FATAL ERROR: No host is capable of running task {task.name}")
+
+    def start_hosts(self) -> None:
+        """START every worker; the first worker on each host runs the host script."""
+        scripts: set[int] = set()
+        for host in self.resources.hosts.values():
+            for w in host.workers:
+                run_script = bool(self.opts.host_script) and w.host_rank == 0
+                if run_script:
+                    scripts.add(w.rank)
+                try:
+                    self.t.send(w.rank, (protocol.START, w.host_rank, run_script))
+                except TransportError:
+                    self.worker_lost(w.rank)
+        failures: list[str] = []
+        while scripts:
+            for rank, msg in self.t.poll(SIGNAL_CHECK):
+                if msg[0] == protocol.HOST_SCRIPT:
+                    scripts.discard(rank)
+                    if not msg[1]:
+                        failures.append(msg[2])
+            for rank in self.t.lost():
+                scripts.discard(rank)
+                failures.append(f"Worker {rank} was lost while running the host script")
+            self.check_signal()
+            if self.stop_reason:
+                raise FatalError(self.stop_reason)
+        if failures:
+            raise FatalError("; ".join(failures))
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def run(self) -> Summary:
+        self.gather_workers()
+        self.check_capable()
+        self.rescue = RescueLog(self.opts.rescue_path, self.dag, self.done_at_start)
+        self.start_hosts()
+        info = RunInfo(
+            dag_path=self.opts.dag, tasks=len(self.dag), recovered=self.engine.recovered,
+            workers=len(self.resources.workers), slots=self.resources.total_slots,
+            cpus=self.resources.total_cpus, hosts=list(self.resources.hosts),
+            start=self.start, mode=self.mode, site=self.opts.site,
+            max_wall_time=None if self.opts.max_wall_time is None
+            else self.opts.max_wall_time * 60.0,
+        )
+        self.emit("started", info)
+        if self.engine.recovered:
+            log.info(f"Recovered {self.engine.recovered} finished task(s) from the rescue log")
+        for task_id in range(len(self.dag)):
+            if self.engine.state[task_id] == 1:
+                self.mark_ready(task_id)
+        for host in self.resources.hosts.values():
+            self.emit("host_changed", host)
+        self.emit("flush")
+        while True:
+            if self.stop_reason is None:
+                self.dispatch()
+            if not self.running and (self.stop_reason or self.engine.finished()):
+                break
+            timeout: float | None = SIGNAL_CHECK
+            left = self.remaining()
+            if left is not None:
+                timeout = max(0.0, min(SIGNAL_CHECK, left))
+            msgs = self.t.poll(timeout)
+            results: list[TaskResult] = []
+            for rank, msg in msgs:
+                tag = msg[0]
+                if tag == protocol.RESULTS:
+                    results.extend(msg[1])
+                elif tag == protocol.ERROR:
+                    log.error(str(msg[1]))
+                elif tag == protocol.BYE:
+                    self.ranks_alive.discard(rank)
+            if results:
+                self.handle_results(results)
+            for rank in self.t.lost():
+                self.worker_lost(rank)
+            self.check_signal()
+            now_left = self.remaining()
+            if self.stop_reason is None and now_left is not None and now_left <= 0:
+                self.stop(f"maximum wall time of {self.opts.max_wall_time:g} minutes reached")
+            self.emit("flush")
+        return self.finish()
+
+    def mark_ready(self, task_id: int) -> None:
+        if self.seq[task_id] == 0:
+            self.seq[task_id] = self.next_seq
+            self.next_seq += 1
+        self.emit("ready", self.dag.tasks[task_id], self.seq[task_id])
+
+    def dispatch(self) -> None:
+        engine = self.engine
+        res = self.resources
+        if not engine.accepting():
+            return
+        tasks = self.dag.tasks
+        batches: dict[int, list[TaskSpec]] = {}
+        left = self.remaining()
+        while engine.nready and res.any_idle():
+            placed = False
+            for _key, cpus, memory in engine.ready_heads():
+                worker = res.find(cpus, memory)
+                if worker is None:
+                    continue
+                task_id = engine.pop(cpus, memory)
+                task = tasks[task_id]
+                placed = True
+                if left is not None and task.expected_runtime is not None \
+                        and task.expected_runtime > left:
+                    engine.hold(task_id)
+                    reason = (f"expected runtime {task.expected_runtime:g} s exceeds the "
+                              f"{max(left, 0):.0f} s left")
+                    log.info(f"Task {task.name} not started: {reason}")
+                    self.emit("held", task, reason)
+                    break
+                res.allocate(worker, cpus, memory)
+                affinity = None
+                if self.opts.set_affinity and cpus > 1:
+                    cpu_set = worker.host.take_cpu_set(cpus)
+                    affinity = tuple(cpu_set) if cpu_set else None
+                self.running[task_id] = (worker, affinity)
+                attempt = engine.attempts[task_id]
+                batches.setdefault(worker.rank, []).append(TaskSpec(
+                    task_id, task.name, task.command, cpus, memory, attempt,
+                    task.pipe_forwards, task.file_forwards, task.pegasus_id, affinity,
+                ))
+                self.emit("dispatched", task, self.seq[task_id], attempt, worker.rank,
+                          worker.host.name)
+                self.emit("host_changed", worker.host)
+                break
+            if not placed:
+                break
+        for rank, specs in batches.items():
+            try:
+                self.t.send(rank, (protocol.TASKS, specs))
+            except TransportError:
+                self.worker_lost(rank)
+
+    def handle_results(self, results: list[TaskResult]) -> None:
+        tasks = self.dag.tasks
+        good: list[tuple[TaskResult, str | None]] = []
+        for res in results:
+            entry = self.running.pop(res.id, None)
+            if entry is None:
+                continue  # a result from a worker already given up on
+            worker, affinity = entry
+            task = tasks[res.id]
+            self.resources.release(worker, task.cpus, task.memory)
+            if affinity:
+                worker.host.give_cpu_set(list(affinity))
+            self.emit("host_changed", worker.host)
+            self.runtime += res.duration
+            self.cpu_time += res.cpu_time
+            host = worker.host.name
+            self.per_host_runtime[host] = self.per_host_runtime.get(host, 0.0) + res.duration
+            if self.first_start is None or res.start < self.first_start:
+                self.first_start = res.start
+            self.last_end = max(self.last_end, res.start + res.duration)
+            error = res.error
+            if res.status == 0 and error is None and res.forwards:
+                error = self.write_forwards(task.name, res.forwards)
+            good.append((res, error))
+        assert self.rescue is not None
+        self.rescue.record(tasks[r.id].name for r, err in good if r.status == 0 and err is None)
+        for res, error in good:
+            task = tasks[res.id]
+            ok = res.status == 0 and error is None
+            if not ok and self.stop_reason is not None:
+                # Killed by the stop: not the task's fault, and not done either.
+                self.engine.requeue(res.id)
+                self.emit("result", task, self.seq[res.id], res._replace(error=error),
+                          "stopped")
+                continue
+            outcome, newly = self.engine.complete(res.id, ok)
+            if error is not None and res.error is None:
+                res = res._replace(status=res.status or 1, error=error)
+            self.emit("result", task, self.seq[res.id], res, outcome.value)
+            if outcome is Outcome.SUCCEEDED:
+                log.debug(f"Task {task.name} finished in {res.duration:.3f} s")
+                for child in newly:
+                    self.mark_ready(child)
+            else:
+                why = res.error or _describe_status(res.status)
+                tries = self.engine.tries_of(res.id)
+                if outcome is Outcome.RETRY:
+                    log.warn(f"Task {task.name} failed (try {res.attempt} of {tries}): {why}; "
+                             "retrying")
+                    self.mark_ready(res.id)
+                else:
+                    log.error(f"Task {task.name} failed (try {res.attempt} of {tries}): {why}")
+                    if not self.engine.accepting():
+                        log.error(f"Maximum number of failures ({self.opts.max_failures}) "
+                                  "reached: no new tasks will be started")
+
+    def write_forwards(self, name: str, forwards: tuple[tuple[str, bytes], ...]) -> str | None:
+        for dest, data in forwards:
+            try:
+                self.forward.write(dest, data)
+            except OSError as e:
+                return f"Task {name} failed due to I/O forwarding errors: {dest}: {e.strerror}"
+        return None
+
+    def worker_lost(self, rank: int) -> None:
+        if rank not in self.ranks_alive:
+            return
+        self.ranks_alive.discard(rank)
+        worker = self.resources.remove_worker(rank)
+        lost = [tid for tid, (w, _a) in self.running.items() if w.rank == rank]
+        for tid in lost:
+            _w, affinity = self.running.pop(tid)
+            task = self.dag.tasks[tid]
+            if worker is not None:
+                worker.host.free_cpus += task.cpus
+                worker.host.free_memory += task.memory
+                if affinity:
+                    worker.host.give_cpu_set(list(affinity))
+            self.engine.requeue(tid)
+            if self.stop_reason is None:
+                self.mark_ready(tid)
+        log.error(f"Worker {rank} was lost; {len(lost)} task(s) it was running will run "
+                  "again elsewhere" if lost else f"Worker {rank} was lost")
+        if not self.ranks_alive and self.stop_reason is None:
+            self.stop("no workers left")
+
+    def check_signal(self) -> None:
+        sig = self.signal_received
+        if sig is not None and self.stop_reason is None:
+            self.stop(f"received {signal.Signals(sig).name}")
+
+    def stop(self, reason: str) -> None:
+        """Stop dispatching and kill running tasks (SIGTERM, then SIGKILL on the workers)."""
+        self.stop_reason = reason
+        log.error(f"Aborting workflow: {reason}")
+        busy = {w.rank for w, _a in self.running.values()}
+        for rank in sorted(busy & self.ranks_alive):
+            try:
+                self.t.send(rank, (protocol.KILL,))
+            except TransportError:
+                self.worker_lost(rank)
+
+    # -- the end ---------------------------------------------------------------------------
+
+    def shutdown_workers(self) -> None:
+        pending = set(self.ranks_alive)
+        self.broadcast((protocol.SHUTDOWN,))
+        deadline = time.monotonic() + BYE_TIMEOUT
+        while pending & self.ranks_alive and time.monotonic() < deadline:
+            for rank, msg in self.t.poll(SIGNAL_CHECK):
+                if msg[0] == protocol.BYE:
+                    pending.discard(rank)
+                elif msg[0] == protocol.RESULTS:
+                    pass  # tasks killed after the end: nothing left to record
+            for rank in self.t.lost():
+                pending.discard(rank)
+        if pending & self.ranks_alive:
+            log.warn(f"Workers {sorted(pending)} did not say goodbye")
+
+    def finish(self) -> Summary:
+        engine = self.engine
+        wall = time.monotonic() - self.t0
+        n = len(self.dag)
+        if engine.nfailed:
+            outcome, ok = "failed", False
+        elif engine.succeeded():
+            outcome, ok = "succeeded", True
+        else:
+            outcome, ok = "incomplete", False
+        reason = self.stop_reason or ""
+        if not reason and engine.nheld:
+            reason = f"{engine.nheld} task(s) held back: not enough wall time left"
+        makespan = (self.last_end - self.first_start) if self.first_start is not None else 0.0
+        return Summary(
+            ok=ok, outcome=outcome, reason=reason, tasks=n,
+            submitted=len(engine.attempts), succeeded=engine.ndone - engine.recovered,
+            failed=engine.nfailed, extra=engine.nretries, recovered=engine.recovered,
+            start=self.start, wall=wall, pid=os.getpid(), app=os.path.abspath(sys.argv[0]),
+            runtime=self.runtime, cpu_time=self.cpu_time, slots=self.resources.total_slots,
+            cpus=self.resources.total_cpus, workers=len(self.resources.workers),
+            makespan=makespan, held=engine.nheld, per_host_runtime=self.per_host_runtime,
+        )
+
+    def close(self) -> None:
+        if self.rescue is not None:
+            self.rescue.close()
+        self.forward.close()
+
+
+def default_maxfds() -> int:
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 256
+    # Leave room for the master's own files and the transport's sockets.
+    return max(1, min(256, soft // 2))
+
+
+def _describe_status(status: int) -> str:
+    if status < 0:
+        try:
+            return f"killed by {signal.Signals(-status).name}"
+        except ValueError:
+            return f"killed by signal {-status}"
+    return f"exit code {status}"
+
+
+def write_summary(summary: Summary, slots_with_master: int) -> None:
+    """The [cluster-summary] record on stdout and the end-of-run log lines."""
+    try:
+        sys.stdout.write(cluster_summary_record(summary))
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
+    wall = summary.wall or 1e-9
+    slots = max(summary.slots, 1)
+    log.info(f"Total runtime of tasks: {summary.runtime:.3f} seconds")
+    log.info(f"Wall time: {summary.wall:.3f} seconds")
+    log.info(f"Makespan: {summary.makespan:.3f} seconds")
+    log.info(f"Resource utilization (with master): "
+             f"{summary.runtime / (wall * (slots + slots_with_master)):.3f}")
+    log.info(f"Resource utilization (without master): {summary.runtime / (wall * slots):.3f}")
+    log.info(f"Throughput: {(summary.succeeded + summary.failed) / wall:.3f} tasks/second")

@@ -1,0 +1,78 @@
+"""Messages between the master (rank 0) and the workers.
+
+Plain tuples with an integer tag first: cheap to pickle, and batched — one TASKS message
+carries every task the master hands a worker at once, one RESULTS message every result a
+worker has ready. The sequence of a run:
+
+    master -> worker   CONFIG(version, WorkerConfig)
+    worker -> master   HELLO(version, hostname, cpus, memory_mb, slots, pid, cpu_socket)
+    master -> worker   START(host_rank, run_host_script)
+    worker -> master   HOST_SCRIPT(ok, message)          (only the worker that ran it)
+    master -> worker   TASKS([TaskSpec, ...])            (any number of times)
+    worker -> master   RESULTS([TaskResult, ...])        (any number of times)
+    master -> worker   KILL()                            (abort: kill running tasks)
+    master -> worker   SHUTDOWN()
+    worker -> master   BYE(error_or_None)
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+VERSION = 1
+
+CONFIG = 1
+HELLO = 2
+START = 3
+HOST_SCRIPT = 4
+TASKS = 5
+RESULTS = 6
+KILL = 7
+SHUTDOWN = 8
+BYE = 9
+ERROR = 10  # worker -> master: the worker cannot go on (message)
+
+Message = tuple[Any, ...]
+
+
+class WorkerConfig(NamedTuple):
+    """What a worker needs to know from the master's command line."""
+
+    dag_path: str
+    out_path: str  # this worker's stdout file, "{rank}" replaced; "" with per-task stdio
+    err_path: str
+    per_task_stdio: bool
+    host_cpus: int | None  # None: detect
+    host_memory: int | None  # MB; None: detect
+    slots: int
+    strict_limits: bool
+    keep_affinity: bool
+    set_affinity: bool
+    host_script: str | None
+    sleep_on_recv: bool
+    log_level: int
+
+
+class TaskSpec(NamedTuple):
+    id: int
+    name: str
+    command: str
+    cpus: int
+    memory: int
+    attempt: int  # 1-based try number
+    pipe_forwards: tuple[tuple[str, str], ...] | None
+    file_forwards: tuple[tuple[str, str], ...] | None
+    pegasus_id: str | None
+    affinity: tuple[int, ...] | None
+
+
+class TaskResult(NamedTuple):
+    id: int
+    attempt: int
+    status: int  # exit code, or -signal; 126/127 when the program could not be started
+    start: float  # Unix time
+    duration: float  # seconds, wall
+    cpu_time: float  # user + system seconds of the task and its reaped children
+    max_rss_kb: int
+    error: str | None  # why the worker failed the task, if it did
+    forwards: tuple[tuple[str, bytes], ...] | None  # (destination, data) to append

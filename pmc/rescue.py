@@ -1,0 +1,118 @@
+"""The rescue log: which tasks finished, durable before the task counts as done.
+
+Format (FORMATS.md): each record is ``"\\nDONE <name>"`` — newline first — so a complete
+log of the diamond DAG is an empty first line followed by ``DONE A`` .. ``DONE D``.
+On start the old log is read (unless ``-s``), then replaced atomically by a new log that
+begins with a DONE record for every task already done. Each batch of records is written
+with one ``write()`` (a killed process cannot tear it) and one ``fdatasync()``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+from pmc.dag import DAG
+
+
+class RescueError(Exception):
+    pass
+
+
+def read_rescue(path: str, dag: DAG) -> tuple[set[int], list[str]]:
+    """Task ids recorded DONE in an existing log, and warnings about lines ignored.
+
+    A missing file means nothing is done. A torn last line (a crash mid-write) or a
+    record naming a task the DAG does not have is ignored with a warning, never fatal.
+    """
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return set(), []
+    except OSError as e:
+        raise RescueError(f"{path}: cannot read rescue log: {e.strerror}") from e
+    done: set[int] = set()
+    warnings: list[str] = []
+    index = dag.index
+    lines = data.split(b"\n")
+    for lineno, raw in enumerate(lines, 1):
+        line = raw.strip()
+        if not line:
+            continue
+        fields = line.split()
+        last = lineno == len(lines)
+        if len(fields) != 2 or fields[0] != b"DONE":
+            what = "torn last record" if last else "unrecognised record"
+            warnings.append(f"{path}:{lineno}: ignoring {what}: {raw[:80]!r}")
+            continue
+        name = fields[1].decode("utf-8", "replace")
+        task_id = index.get(name)
+        if task_id is None:
+            what = "torn last record" if last else "unknown task"
+            warnings.append(f"{path}:{lineno}: ignoring {what} {name!r}")
+            continue
+        done.add(task_id)
+    return done, warnings
+
+
+class RescueLog:
+    """The log being written by this run."""
+
+    def __init__(self, path: str, dag: DAG, done: Iterable[int]) -> None:
+        self.path = path
+        names = [dag.tasks[i].name for i in sorted(done)]
+        tmp = f"{path}.tmp.{os.getpid()}"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+            try:
+                _write_all(fd, _records(names))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+            self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        except OSError as e:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise RescueError(f"{path}: cannot write rescue log: {e.strerror}") from e
+        _fsync_dir(path)
+
+    def record(self, names: Iterable[str]) -> None:
+        """Append DONE records and make them durable before returning."""
+        data = _records(names)
+        if data:
+            _write_all(self.fd, data)
+            os.fdatasync(self.fd)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _records(names: Iterable[str]) -> bytes:
+    return "".join(f"\nDONE {n}" for n in names).encode()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _fsync_dir(path: str) -> None:
+    # The rename must survive a crash too, or a restart could read the old log.
+    try:
+        dfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.fsync(dfd)
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)

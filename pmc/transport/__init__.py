@@ -1,0 +1,39 @@
+"""How the master and workers talk: one interface, an MPI and a local implementation.
+
+The master and workers never import mpi4py themselves: ``pmc.transport.mpi`` does, and
+only when the run was started by an MPI launcher (importing mpi4py initialises MPI).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from pmc.protocol import Message
+
+
+class Transport(Protocol):
+    rank: int
+    size: int
+
+    def send(self, dest: int, msg: Message) -> None:
+        """Send one message; raise TransportError if the peer is gone."""
+
+    def poll(self, timeout: float | None) -> list[tuple[int, Message]]:
+        """Messages that arrived, waiting at most ``timeout`` seconds (None: for ever)
+        when none has. Returns [] on timeout."""
+        ...
+
+    def fileno(self) -> int | None:
+        """A descriptor that becomes readable when a message may be waiting, or None if
+        the transport can only be polled (MPI)."""
+        ...
+
+    def lost(self) -> list[int]:
+        """Ranks whose connection broke since the last call (local transport only)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class TransportError(Exception):
+    pass

@@ -1,0 +1,543 @@
+"""A worker rank: launches the tasks the master sends and reports their results.
+
+One event loop over a selector: the master's socket (embedded mode), a pidfd per running
+task (readable when it exits) and the read ends of forwarding pipes. Under MPI, where the
+transport cannot be selected on, the selector wait doubles as the polling back-off.
+
+Tasks are started with ``posix_spawn`` (no Python between fork and exec) in their own
+process group, stdout/stderr straight into this worker's output files (or the per-task
+files), so task output never passes through Python. Only tasks that need an address-space
+limit or a cpu binding take the slower path with a ``preexec_fn``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import selectors
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pmc import log, protocol
+from pmc.dag import split_command
+from pmc.protocol import TaskResult, TaskSpec, WorkerConfig
+from pmc.records import cluster_task_record
+from pmc.transport import Transport, TransportError
+
+FILE_FORWARD_LIMIT = 1 << 20  # the reference's limit for -F files
+PIPE_FORWARD_LIMIT = 16 << 20  # per task, all pipes together: the data travels in memory
+KILL_GRACE = 3.0  # seconds between SIGTERM and SIGKILL of a task's process group
+HOST_SCRIPT_TIMEOUT = 60.0
+_READ = 1 << 16
+
+
+def detect_cpus() -> int:
+    return os.cpu_count() or 1
+
+
+def detect_memory_mb() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1024 * 1024)
+
+
+def cpu_sockets() -> dict[int, int]:
+    """cpu id -> physical package id, from sysfs (empty if unknown)."""
+    out: dict[int, int] = {}
+    for cpu in sorted(os.sched_getaffinity(0)):
+        path = f"/sys/devices/system/cpu/cpu{cpu}/topology/physical_package_id"
+        try:
+            with open(path) as f:
+                out[cpu] = int(f.read().strip())
+        except (OSError, ValueError):
+            out[cpu] = 0
+    return out
+
+
+class Running:
+    __slots__ = (
+        "app", "drained", "err_fd", "error", "out_fd", "pid", "pidfd", "pipe_bytes", "pipes",
+        "popen", "spec", "start", "t0",
+    )
+
+    def __init__(self, spec: TaskSpec) -> None:
+        self.spec = spec
+        self.pid = 0
+        self.pidfd = -1
+        self.popen: subprocess.Popen[bytes] | None = None
+        self.start = 0.0
+        self.t0 = 0.0
+        self.app = ""
+        self.out_fd = -1
+        self.err_fd = -1
+        self.pipes: dict[int, tuple[str, str, bytearray]] = {}  # read fd -> (var, dest, data)
+        self.drained: list[tuple[str, str, bytearray]] = []  # pipes at EOF, in close order
+        self.pipe_bytes = 0
+        self.error: str | None = None
+
+
+class Worker:
+    def __init__(self, transport: Transport, config: WorkerConfig) -> None:
+        self.t = transport
+        self.cfg = config
+        self.rank = transport.rank
+        self.host_rank = 0
+        self.hostname = socket.gethostname()
+        self.sel = selectors.DefaultSelector()
+        self.running: dict[int, Running] = {}  # pid -> Running
+        self.results: list[TaskResult] = []
+        self.host_script: subprocess.Popen[bytes] | None = None
+        self.stopping = False
+        self.kill_deadline: float | None = None
+        self.dag_dir = os.path.dirname(os.path.abspath(config.dag_path))
+        self.out_fd = self.err_fd = -1
+        if not config.per_task_stdio:
+            self.out_fd = _open_append(config.out_path.format(rank=self.rank))
+            self.err_fd = _open_append(config.err_path.format(rank=self.rank))
+        self.base_env = dict(os.environ)
+        for var in ("PMC_AFFINITY",):
+            self.base_env.pop(var, None)
+        self.term_requested = False
+        fd = transport.fileno()
+        if fd is not None:
+            self.sel.register(fd, selectors.EVENT_READ, "master")
+
+    # -- start-up ------------------------------------------------------------------
+
+    def hello(self) -> protocol.Message:
+        cfg = self.cfg
+        if not cfg.keep_affinity:
+            _clear_affinity()
+        cpus = cfg.host_cpus if cfg.host_cpus is not None else detect_cpus()
+        memory = cfg.host_memory if cfg.host_memory is not None else detect_memory_mb()
+        sockets = cpu_sockets() if cfg.set_affinity else {}
+        return (protocol.HELLO, protocol.VERSION, self.hostname, cpus, memory, cfg.slots,
+                os.getpid(), sockets)
+
+    def run_host_script(self) -> tuple[bool, str]:
+        """Start the host script and wait for it to exit 0 (SIGALRM after 60 s)."""
+        path = self.cfg.host_script
+        assert path is not None
+        try:
+            self.host_script = subprocess.Popen(
+                [path], stdin=subprocess.DEVNULL, start_new_session=True,
+                env=dict(self.base_env, PMC_HOST_RANK=str(self.host_rank),
+                         PMC_RANK=str(self.rank)),
+            )
+        except OSError as e:
+            return False, f"Unable to start host script {path}: {e.strerror}"
+        proc = self.host_script
+        try:
+            code = proc.wait(HOST_SCRIPT_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGALRM)
+            try:
+                proc.wait(KILL_GRACE)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            return False, f"Host script {path} timed out after {HOST_SCRIPT_TIMEOUT:.0f} s"
+        if code != 0:
+            how = f"signal {-code}" if code < 0 else f"exit code {code}"
+            return False, f"Host script {path} failed with {how}"
+        return True, f"Host script {path} finished on {self.hostname}"
+
+    def stop_host_script(self) -> None:
+        """SIGTERM to the host script's process group, SIGKILL a few seconds later."""
+        proc = self.host_script
+        if proc is None:
+            return
+        self.host_script = None
+        pgid = proc.pid
+        if not _signal_group(pgid, signal.SIGTERM):
+            return
+        deadline = time.monotonic() + KILL_GRACE
+        while time.monotonic() < deadline:
+            proc.poll()
+            if not _group_alive(pgid):
+                return
+            time.sleep(0.05)
+        _signal_group(pgid, signal.SIGKILL)
+        proc.poll()
+
+    # -- launching -------------------------------------------------------------------
+
+    def launch(self, spec: TaskSpec) -> None:
+        r = Running(spec)
+        try:
+            argv = split_command(spec.command)
+        except ValueError as e:
+            self.fail_now(spec, f"cannot split command: {e}")
+            return
+        if not argv:
+            self.fail_now(spec, "empty command")
+            return
+        r.app = argv[0]
+        env = self.base_env.copy()
+        env["PMC_TASK"] = spec.name
+        env["PMC_MEMORY"] = str(spec.memory)
+        env["PMC_CPUS"] = str(spec.cpus)
+        env["PMC_RANK"] = str(self.rank)
+        env["PMC_HOST_RANK"] = str(self.host_rank)
+        if spec.affinity:
+            env["PMC_AFFINITY"] = ",".join(map(str, spec.affinity))
+        try:
+            if self.cfg.per_task_stdio:
+                base = os.path.join(self.dag_dir, f"{spec.name}")
+                suffix = f"{spec.attempt - 1:03d}"
+                r.out_fd = _open_trunc(f"{base}.out.{suffix}")
+                r.err_fd = _open_trunc(f"{base}.err.{suffix}")
+                out_fd, err_fd = r.out_fd, r.err_fd
+            else:
+                out_fd, err_fd = self.out_fd, self.err_fd
+        except OSError as e:
+            self._close_stdio(r)
+            self.fail_now(spec, f"cannot open per-task output file: {e}")
+            return
+        write_ends: list[int] = []
+        for var, dest in spec.pipe_forwards or ():
+            rd, wr = os.pipe()
+            os.set_blocking(rd, False)
+            os.set_inheritable(wr, True)
+            write_ends.append(wr)
+            env[var] = str(wr)
+            r.pipes[rd] = (var, dest, bytearray())
+        needs_preexec = bool(spec.affinity) or (self.cfg.strict_limits and spec.memory > 0)
+        r.start = time.time()
+        r.t0 = time.monotonic()
+        try:
+            if needs_preexec:
+                r.popen = subprocess.Popen(
+                    argv, env=env, stdin=subprocess.DEVNULL, stdout=out_fd, stderr=err_fd,
+                    pass_fds=write_ends, process_group=0,
+                    preexec_fn=_limits(spec, self.cfg.strict_limits),
+                )
+                r.pid = r.popen.pid
+            else:
+                r.pid = os.posix_spawnp(
+                    argv[0], argv, env,
+                    file_actions=[
+                        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                        (os.POSIX_SPAWN_DUP2, out_fd, 1),
+                        (os.POSIX_SPAWN_DUP2, err_fd, 2),
+                    ],
+                    setpgroup=0,
+                    setsigdef=(signal.SIGPIPE, signal.SIGTERM, signal.SIGINT),
+                )
+        except OSError as e:
+            for fd in write_ends:
+                os.close(fd)
+            for fd in r.pipes:
+                os.close(fd)
+            self._close_stdio(r)
+            code = 127 if isinstance(e, FileNotFoundError) else 126
+            self.fail_now(spec, f"cannot run {argv[0]!r}: {e.strerror}", code)
+            return
+        for fd in write_ends:
+            os.close(fd)
+        r.pidfd = os.pidfd_open(r.pid)
+        self.sel.register(r.pidfd, selectors.EVENT_READ, r)
+        for fd in r.pipes:
+            self.sel.register(fd, selectors.EVENT_READ, (r, fd))
+        self.running[r.pid] = r
+        log.debug(f"Task {spec.name} started as pid {r.pid}")
+
+    def fail_now(self, spec: TaskSpec, message: str, status: int = 1) -> None:
+        log.error(f"Task {spec.name} failed: {message}")
+        self.results.append(TaskResult(spec.id, spec.attempt, status, time.time(), 0.0, 0.0, 0,
+                                       message, None))
+
+    # -- reaping -----------------------------------------------------------------------
+
+    def read_pipe(self, r: Running, fd: int) -> None:
+        var, _dest, buf = r.pipes[fd]
+        while fd in r.pipes:
+            try:
+                chunk = os.read(fd, _READ)
+            except BlockingIOError:
+                return
+            if not chunk:
+                self.close_pipe(r, fd)
+                return
+            r.pipe_bytes += len(chunk)
+            if r.pipe_bytes > PIPE_FORWARD_LIMIT:
+                if r.error is None:
+                    r.error = (f"forwarded more than {PIPE_FORWARD_LIMIT >> 20} MiB through "
+                               f"pipes (variable {var}); data dropped")
+                buf.clear()
+            else:
+                buf += chunk
+
+    def close_pipe(self, r: Running, fd: int) -> None:
+        self.sel.unregister(fd)
+        os.close(fd)
+        r.drained.append(r.pipes.pop(fd))
+
+    def reap(self, r: Running) -> None:
+        _, wstatus, usage = os.wait4(r.pid, 0)
+        if r.popen is not None:
+            r.popen.returncode = 0  # reaped here; keep subprocess from waiting on it
+        duration = time.monotonic() - r.t0
+        status = os.waitstatus_to_exitcode(wstatus)
+        self.sel.unregister(r.pidfd)
+        os.close(r.pidfd)
+        del self.running[r.pid]
+        for fd in list(r.pipes):
+            self.read_pipe(r, fd)
+            if fd in r.pipes:  # still open (a grandchild holds it): take what is there
+                self.close_pipe(r, fd)
+        spec = r.spec
+        forwards: list[tuple[str, bytes]] = []
+        error = r.error
+        if status == 0 and error is None:
+            forwards = [(dest, bytes(buf)) for _var, dest, buf in r.drained if buf]
+            for src, dest in spec.file_forwards or ():
+                data, problem = _read_forward_file(src)
+                if problem:
+                    error = problem
+                    break
+                if data:
+                    forwards.append((dest, data))
+        if error is not None:
+            forwards = []
+            log.error(f"Task {spec.name} failed: {error}")
+            if status == 0:
+                status = 1
+        record = cluster_task_record(
+            spec.name, spec.pegasus_id, r.start, duration, status, r.app, self.hostname,
+            self.rank, spec.cpus, spec.memory,
+        )
+        _append(r.out_fd if r.out_fd >= 0 else self.out_fd, record)
+        self._close_stdio(r)
+        cpu = usage.ru_utime + usage.ru_stime
+        self.results.append(TaskResult(spec.id, spec.attempt, status, r.start, duration, cpu,
+                                       usage.ru_maxrss, error, tuple(forwards) or None))
+
+    def _close_stdio(self, r: Running) -> None:
+        for fd in (r.out_fd, r.err_fd):
+            if fd >= 0:
+                os.close(fd)
+        r.out_fd = r.err_fd = -1
+
+    def kill_all(self, sig: int = signal.SIGTERM) -> None:
+        for r in self.running.values():
+            _signal_group(r.pid, sig)
+        if sig == signal.SIGTERM and self.running and self.kill_deadline is None:
+            self.kill_deadline = time.monotonic() + KILL_GRACE
+
+    # -- the loop ----------------------------------------------------------------------
+
+    def handle(self, msg: protocol.Message) -> None:
+        tag = msg[0]
+        if tag == protocol.TASKS:
+            for spec in msg[1]:
+                self.launch(spec)
+        elif tag == protocol.KILL:
+            self.kill_all()
+        elif tag == protocol.SHUTDOWN:
+            self.stopping = True
+        else:
+            log.warn(f"Unexpected message {tag} from master")
+
+    def loop(self) -> None:
+        polling = self.t.fileno() is None
+        delay = 0.0001
+        while not (self.stopping and not self.running):
+            if self.term_requested:
+                self.term_requested = False
+                self.kill_all()
+            if self.kill_deadline is not None and time.monotonic() >= self.kill_deadline:
+                self.kill_all(signal.SIGKILL)
+                self.kill_deadline = None
+            timeout: float | None = None
+            if polling:
+                timeout = delay
+            if self.kill_deadline is not None:
+                left = max(0.0, self.kill_deadline - time.monotonic())
+                timeout = left if timeout is None else min(timeout, left)
+            events = self.sel.select(timeout)
+            got_message = False
+            for key, _ in events:
+                data = key.data
+                if data == "master":
+                    got_message = True
+                elif isinstance(data, Running):
+                    self.reap(data)
+                else:
+                    r, fd = data
+                    if fd in r.pipes:  # not already drained by a reap in this batch
+                        self.read_pipe(r, fd)
+            if polling or got_message:
+                msgs = self.t.poll(0)
+                for _src, msg in msgs:
+                    self.handle(msg)
+                if polling:
+                    delay = 0.0001 if (msgs or events) else min(delay * 2, self._cap())
+            if self.results:
+                results, self.results = self.results, []
+                self.t.send(0, (protocol.RESULTS, results))
+
+    def _cap(self) -> float:
+        return 0.005 if self.running else 0.05
+
+
+def run(transport: Transport) -> int:
+    """The worker's whole life: config, hello, start, tasks, shutdown. Returns exit code."""
+    msg = _wait(transport)
+    if msg[0] == protocol.SHUTDOWN:  # the master stopped before the run began
+        return 0
+    if msg[0] != protocol.CONFIG or msg[1] != protocol.VERSION:
+        log.fatal(f"worker {transport.rank}: unexpected first message from master: {msg[:2]}")
+        return 1
+    cfg: WorkerConfig = msg[2]
+    log.setup(cfg.log_level, prefix=f"rank {transport.rank}: ")
+    try:
+        worker = Worker(transport, cfg)
+    except OSError as e:
+        transport.send(0, (protocol.ERROR, f"worker {transport.rank} cannot start: {e}"))
+        return 1
+    transport.send(0, worker.hello())
+    msg = _wait(transport)
+    if msg[0] == protocol.SHUTDOWN:
+        transport.send(0, (protocol.BYE, None))
+        return 0
+    worker.host_rank, run_script = msg[1], msg[2]
+    prev_handlers = _install_term(worker)
+    try:
+        if run_script:
+            ok, text = worker.run_host_script()
+            (log.info if ok else log.error)(text)
+            transport.send(0, (protocol.HOST_SCRIPT, ok, text))
+        worker.loop()
+        worker.stop_host_script()
+        transport.send(0, (protocol.BYE, None))
+    except TransportError as e:
+        log.error(f"Lost the master ({e}); killing tasks")
+        worker.kill_all(signal.SIGKILL)
+        worker.stop_host_script()
+        return 1
+    finally:
+        for sig, handler in prev_handlers.items():
+            signal.signal(sig, handler)
+    return 0
+
+
+def _wait(transport: Transport) -> protocol.Message:
+    while True:
+        msgs = transport.poll(None)
+        if msgs:
+            return msgs[0][1]
+
+
+def _install_term(worker: Worker) -> dict[int, Any]:
+    # SIGTERM/SIGINT (a batch system's time limit, Ctrl-C) kill this worker's tasks; the
+    # worker itself keeps talking to the master, which decides when everyone stops.
+    def on_term(signum: int, frame: object) -> None:
+        worker.term_requested = True
+
+    prev: dict[int, Any] = {}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        prev[sig] = signal.signal(sig, on_term)
+    return prev
+
+
+def _limits(spec: TaskSpec, strict: bool) -> Callable[[], None]:
+    affinity = spec.affinity
+    limit = spec.memory * 1024 * 1024 if strict and spec.memory > 0 else 0
+
+    def apply() -> None:
+        if affinity:
+            os.sched_setaffinity(0, affinity)
+        if limit:
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    return apply
+
+
+def _clear_affinity() -> None:
+    try:
+        os.sched_setaffinity(0, range(os.cpu_count() or 1))
+    except OSError:
+        pass  # not allowed (e.g. a cgroup cpuset): keep what we have
+
+
+def _open_append(path: str) -> int:
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o666)
+
+
+def _open_trunc(path: str) -> int:
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+
+
+def _append(fd: int, text: str) -> None:
+    try:
+        os.write(fd, text.encode())
+    except OSError as e:
+        log.error(f"Cannot write task record: {e.strerror}")
+
+
+def _read_forward_file(src: str) -> tuple[bytes, str | None]:
+    """Read and delete a -F source. Missing is not an error; a directory or >1 MiB is."""
+    try:
+        st = os.stat(src)
+    except FileNotFoundError:
+        return b"", None
+    except OSError as e:
+        return b"", f"cannot read forwarded file {src}: {e.strerror}"
+    if stat.S_ISDIR(st.st_mode):
+        return b"", f"forwarded file {src} is a directory"
+    if st.st_size > FILE_FORWARD_LIMIT:
+        return b"", (f"forwarded file {src} is {st.st_size} bytes, more than the "
+                     f"{FILE_FORWARD_LIMIT} byte limit of file forwarding")
+    try:
+        with open(src, "rb") as f:
+            data = f.read(FILE_FORWARD_LIMIT + 1)
+        os.unlink(src)
+    except OSError as e:
+        return b"", f"cannot read forwarded file {src}: {e.strerror}"
+    if len(data) > FILE_FORWARD_LIMIT:
+        return b"", f"forwarded file {src} grew past the {FILE_FORWARD_LIMIT} byte limit"
+    return data, None
+
+
+def _signal_group(pgid: int, sig: int) -> bool:
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry of an embedded-mode worker process (spawned by the local transport)."""
+    p = argparse.ArgumentParser(prog="pmc-worker")
+    p.add_argument("--fd", type=int, required=True)
+    p.add_argument("--rank", type=int, required=True)
+    p.add_argument("--size", type=int, required=True)
+    args = p.parse_args(argv)
+    from pmc.transport.local import LocalWorker
+
+    transport = LocalWorker(args.fd, args.rank, args.size)
+    try:
+        return run(transport)
+    except TransportError:
+        return 1
+    finally:
+        transport.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
