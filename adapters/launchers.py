@@ -1,0 +1,65 @@
+"""Launchers: the argv that starts the MPI ranks inside an allocation.
+
+Each is given the rank count, ranks per node, cpus per rank, the profile's extra
+launcher arguments and the command, and returns an argv. Always launching through the
+scheduler's own launcher keeps every rank visible to its accounting and limits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+Launch = Callable[[int, int, int, Sequence[str], Sequence[str]], list[str]]
+
+
+def srun(
+    ranks: int, per_node: int, cpus: int, extra: Sequence[str], cmd: Sequence[str]
+) -> list[str]:
+    # pmi2 starts mpi4py from the pip MPICH correctly; --kill-on-bad-exit ends the step
+    # when one rank dies instead of leaving the others waiting for it.
+    return [
+        "srun",
+        "--mpi=pmi2",
+        "--kill-on-bad-exit=1",
+        f"--ntasks={ranks}",
+        f"--ntasks-per-node={per_node}",
+        f"--cpus-per-task={cpus}",
+        *extra,
+        *cmd,
+    ]
+
+
+def mpiexec(
+    ranks: int, per_node: int, cpus: int, extra: Sequence[str], cmd: Sequence[str]
+) -> list[str]:
+    # MPICH (Hydra) spelling; an Open MPI site adds its own mapping in launcher_args.
+    return ["mpiexec", "-n", str(ranks), "-ppn", str(per_node), *extra, *cmd]
+
+
+def aprun(
+    ranks: int, per_node: int, cpus: int, extra: Sequence[str], cmd: Sequence[str]
+) -> list[str]:
+    return ["aprun", "-n", str(ranks), "-N", str(per_node), "-d", str(cpus), *extra, *cmd]
+
+
+def poe(
+    ranks: int, per_node: int, cpus: int, extra: Sequence[str], cmd: Sequence[str]
+) -> list[str]:
+    # Under LoadLeveler, POE takes the task count and placement from the job step
+    # (node, tasks_per_node); POE's own flags follow the program.
+    return ["poe", *cmd, *extra]
+
+
+LAUNCHERS: dict[str, Launch] = {"srun": srun, "mpiexec": mpiexec, "aprun": aprun, "poe": poe}
+
+
+def launch_argv(
+    name: str,
+    *,
+    ranks: int,
+    ranks_per_node: int,
+    cpus_per_rank: int,
+    extra: Sequence[str],
+    command: Sequence[str],
+) -> list[str]:
+    return LAUNCHERS[name](ranks, ranks_per_node, cpus_per_rank, list(extra), list(command))

@@ -1,0 +1,153 @@
+"""Slurm: ``#SBATCH`` directives, ``sbatch --parsable``, status from squeue, then
+``scontrol show job`` (works without accounting until MinJobAge), then sacct;
+``scancel``. Chained jobs use ``--dependency=afterany``.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from pmc.site import Site
+
+from .base import AdapterError, CommandError, JobState, JobStatus, Scheduler, hms, run_command
+
+STATES: dict[str, JobState] = {
+    "PENDING": JobState.PENDING,
+    "CONFIGURING": JobState.PENDING,
+    "REQUEUED": JobState.PENDING,
+    "REQUEUE_HOLD": JobState.PENDING,
+    "REQUEUE_FED": JobState.PENDING,
+    "RESV_DEL_HOLD": JobState.PENDING,
+    "RESIZING": JobState.RUNNING,
+    "RUNNING": JobState.RUNNING,
+    "COMPLETING": JobState.RUNNING,
+    "SIGNALING": JobState.RUNNING,
+    "STAGE_OUT": JobState.RUNNING,
+    "SUSPENDED": JobState.SUSPENDED,
+    "STOPPED": JobState.SUSPENDED,
+    "COMPLETED": JobState.COMPLETED,
+    "FAILED": JobState.FAILED,
+    "NODE_FAIL": JobState.FAILED,
+    "BOOT_FAIL": JobState.FAILED,
+    "OUT_OF_MEMORY": JobState.FAILED,
+    "SPECIAL_EXIT": JobState.FAILED,
+    "PREEMPTED": JobState.CANCELLED,
+    "REVOKED": JobState.CANCELLED,
+    "CANCELLED": JobState.CANCELLED,
+    "TIMEOUT": JobState.TIMEOUT,
+    "DEADLINE": JobState.TIMEOUT,
+}
+
+_JOB_ID = re.compile(r"^\s*(\d+(?:_\d+)?)(?:;\S+)?\s*$")
+_FIELD = re.compile(r"(?:^|\s)(JobState|ExitCode)=(\S+)")
+
+
+def parse_squeue(stdout: str) -> str | None:
+    """The state word from ``squeue -h -j ID -o %T``; None when the job is not listed."""
+    words = stdout.split()
+    return words[0] if words else None
+
+
+def parse_scontrol(stdout: str) -> tuple[str, str | None] | None:
+    """(JobState, ExitCode) from ``scontrol show job ID``; None when not found."""
+    fields = dict(_FIELD.findall(stdout))
+    if "JobState" not in fields:
+        return None
+    return fields["JobState"], fields.get("ExitCode")
+
+
+def parse_sacct(stdout: str) -> tuple[str, str | None] | None:
+    """(State, ExitCode) from ``sacct -n -X -P -j ID -o State,ExitCode``
+    ("CANCELLED by 0" counts as CANCELLED); None when sacct lists nothing."""
+    for line in stdout.splitlines():
+        if line.strip():
+            fields = line.split("|")
+            state = fields[0].split()[0].rstrip("+")
+            return state, (fields[1].strip() if len(fields) > 1 else None)
+    return None
+
+
+class Slurm(Scheduler):
+    name = "slurm"
+    prefix = "#SBATCH"
+    job_id_var = "SLURM_JOB_ID"
+    STATES = STATES
+
+    def directives(self, site: Site, job_name: str) -> list[str]:
+        q = shlex.quote
+        out = [f"--job-name={q(job_name)}"]
+        for opt, value in (
+            ("account", site.account),
+            ("partition", site.queue),
+            ("qos", site.qos),
+            ("reservation", site.reservation),
+        ):
+            if value is not None:
+                out.append(f"--{opt}={q(value)}")
+        if site.walltime is not None:
+            out.append(f"--time={hms(site.walltime)}")
+        out += [
+            f"--nodes={site.nodes}",
+            f"--ntasks-per-node={site.ranks_per_node}",
+            f"--cpus-per-task={site.cpus_per_rank}",
+        ]
+        if site.host_memory is not None:
+            out.append(f"--mem={site.host_memory}M")
+        if site.constraint is not None:
+            out.append(f"--constraint={q(site.constraint)}")
+        if site.node_usage == "exclusive":
+            out.append("--exclusive")
+        elif site.node_usage == "shared":
+            out.append("--oversubscribe")
+        if site.output is not None:
+            out.append(f"--output={q(site.output)}")
+        if site.error is not None:
+            out.append(f"--error={q(site.error)}")
+        return out
+
+    def submit_argv(self, script: str) -> list[str]:
+        return ["sbatch", "--parsable", script]
+
+    def parse_job_id(self, stdout: str) -> str:
+        for line in stdout.splitlines():
+            m = _JOB_ID.match(line)
+            if m:
+                return m.group(1)
+        raise AdapterError(f"sbatch printed no job id: {stdout.strip()!r}")
+
+    def chain_lines(self, script_q: str, site: Site) -> list[str]:
+        # afterany: the follow-up starts once this job has ended, whatever its state,
+        # so the nodes and the DAG lock are free again.
+        return [
+            f'sbatch --parsable --dependency="afterany:$SLURM_JOB_ID" {script_q}'
+            ' || echo "pmc: could not submit the follow-up job" >&2'
+        ]
+
+    def status(self, job_id: str) -> JobStatus:
+        squeue = run_command(["squeue", "-h", "-j", job_id, "-o", "%T"], check=False)
+        if squeue.returncode == 0:
+            native = parse_squeue(squeue.stdout)
+            if native is not None:
+                return JobStatus(job_id, self.state_of(native), native)
+        # Finished (or unknown to squeue): scontrol still knows it until MinJobAge.
+        show = run_command(["scontrol", "show", "job", job_id], check=False)
+        if show.returncode == 0:
+            parsed = parse_scontrol(show.stdout)
+            if parsed is not None:
+                native, code = parsed
+                return JobStatus(job_id, self.state_of(native), native, code)
+        try:
+            acct = run_command(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State,ExitCode"])
+        except CommandError as e:
+            raise AdapterError(
+                f"slurm job {job_id}: not known to squeue or scontrol, and sacct failed: {e}"
+            ) from e
+        parsed_acct = parse_sacct(acct.stdout)
+        if parsed_acct is None:
+            raise AdapterError(f"slurm job {job_id}: not known to squeue, scontrol or sacct")
+        native, code = parsed_acct
+        return JobStatus(job_id, self.state_of(native), native, code)
+
+    def cancel_argv(self, job_id: str) -> list[str]:
+        return ["scancel", job_id]
