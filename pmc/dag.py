@@ -1,15 +1,27 @@
 """The DAG file: Task, DAG and ``parse_dag``.
 
 Owns the PMC DAG format (TASK and EDGE records, ``#`` comments, ``#@`` Pegasus lines,
-shell-style quoting, task options). No I/O beyond reading the file. Every error names
-file:line and the offending text.
+shell-style quoting, task options) and everything that makes a DAG runnable: unique task
+ids, edges between known tasks, no duplicate or self edges, no cycles. No I/O beyond
+reading the file. Every error names file:line and the offending text.
+
+Extension to the reference format: the task option ``--expected-runtime SECONDS`` (a
+non-negative number) sets ``Task.expected_runtime``. The reference rejects it as an
+unknown option, so DAGs that use it only run here.
 """
 
 from __future__ import annotations
 
+import gc
+import io
+import math
+import re
 import shlex
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from itertools import accumulate, compress, islice, repeat
+from operator import ge, gt, le
+from typing import BinaryIO, NamedTuple
 
 
 class DagError(Exception):
@@ -23,24 +35,32 @@ class DagError(Exception):
         self.message = message
 
 
+class _Options(NamedTuple):
+    """The task options most tasks leave at their defaults."""
+
+    memory: int = 0  # MB; 0 = not considered
+    cpus: int = 1
+    tries: int | None = None  # None = the run's --tries
+    priority: int = 0
+    pipe_forwards: tuple[tuple[str, str], ...] | None = None  # ((VAR, FILE), ...)
+    file_forwards: tuple[tuple[str, str], ...] | None = None  # ((SRC, DEST), ...)
+    pegasus_id: str | None = None  # SEQ of a "#@ SEQ TRANSFORMATION DAX_ID" line
+    expected_runtime: float | None = None  # seconds (extension option)
+
+
+_DEFAULTS = _Options()
+
+
 class Task:
     """One TASK record. ``id`` is its index in DAG order; ``command`` is the raw text of
-    executable and arguments, split only at launch (``split_command``)."""
+    executable and arguments, split only at launch (``split_command``).
 
-    __slots__ = (
-        "command",
-        "cpus",
-        "expected_runtime",
-        "file_forwards",
-        "id",
-        "line",
-        "memory",
-        "name",
-        "pegasus_id",
-        "pipe_forwards",
-        "priority",
-        "tries",
-    )
+    The eight options live in one immutable ``_Options`` shared by every task that
+    sets none of them, so a plain task costs five slots instead of twelve (a million
+    tasks: 48 MB less). They read and assign like plain attributes.
+    """
+
+    __slots__ = ("_options", "command", "id", "line", "name")
 
     def __init__(
         self,
@@ -61,15 +81,93 @@ class Task:
         self.id = id
         self.name = name
         self.command = command
-        self.memory = memory  # MB; 0 = not considered
-        self.cpus = cpus
-        self.tries = tries  # None = the run's --tries
-        self.priority = priority
-        self.pipe_forwards = pipe_forwards  # ((VAR, FILE), ...)
-        self.file_forwards = file_forwards  # ((SRC, DEST), ...)
-        self.pegasus_id = pegasus_id  # SEQ of a "#@ SEQ TRANSFORMATION DAX_ID" line
-        self.expected_runtime = expected_runtime  # seconds (extension option)
         self.line = line
+        if (
+            memory
+            or cpus != 1
+            or tries is not None
+            or priority
+            or pipe_forwards is not None
+            or file_forwards is not None
+            or pegasus_id is not None
+            or expected_runtime is not None
+        ):
+            self._options = _Options(
+                memory,
+                cpus,
+                tries,
+                priority,
+                pipe_forwards,
+                file_forwards,
+                pegasus_id,
+                expected_runtime,
+            )
+        else:
+            self._options = _DEFAULTS
+
+    @property
+    def memory(self) -> int:
+        return self._options.memory
+
+    @memory.setter
+    def memory(self, value: int) -> None:
+        self._options = self._options._replace(memory=value)
+
+    @property
+    def cpus(self) -> int:
+        return self._options.cpus
+
+    @cpus.setter
+    def cpus(self, value: int) -> None:
+        self._options = self._options._replace(cpus=value)
+
+    @property
+    def tries(self) -> int | None:
+        return self._options.tries
+
+    @tries.setter
+    def tries(self, value: int | None) -> None:
+        self._options = self._options._replace(tries=value)
+
+    @property
+    def priority(self) -> int:
+        return self._options.priority
+
+    @priority.setter
+    def priority(self, value: int) -> None:
+        self._options = self._options._replace(priority=value)
+
+    @property
+    def pipe_forwards(self) -> tuple[tuple[str, str], ...] | None:
+        return self._options.pipe_forwards
+
+    @pipe_forwards.setter
+    def pipe_forwards(self, value: tuple[tuple[str, str], ...] | None) -> None:
+        self._options = self._options._replace(pipe_forwards=value)
+
+    @property
+    def file_forwards(self) -> tuple[tuple[str, str], ...] | None:
+        return self._options.file_forwards
+
+    @file_forwards.setter
+    def file_forwards(self, value: tuple[tuple[str, str], ...] | None) -> None:
+        self._options = self._options._replace(file_forwards=value)
+
+    @property
+    def pegasus_id(self) -> str | None:
+        return self._options.pegasus_id
+
+    @pegasus_id.setter
+    def pegasus_id(self, value: str | None) -> None:
+        self._options = self._options._replace(pegasus_id=value)
+
+    @property
+    def expected_runtime(self) -> float | None:
+        return self._options.expected_runtime
+
+    @expected_runtime.setter
+    def expected_runtime(self, value: float | None) -> None:
+        self._options = self._options._replace(expected_runtime=value)
 
     def __repr__(self) -> str:
         return f"Task({self.id}, {self.name!r}, {self.command!r})"
@@ -106,17 +204,527 @@ class DAG:
         return len(self.child_list)
 
 
-_QUOTES = frozenset("'\"\\")
+# Every character str.split() splits at. Quoted commands are split by shlex with the
+# same set, so adding a quote somewhere on a line never changes where other words end.
+_SPACE = (
+    " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
+    "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+
+
+def _has_quoting(text: str) -> bool:
+    # Three substring scans run in C; iterating the characters would not.
+    return "'" in text or '"' in text or "\\" in text
+
+
+def _lexer(source: str | io.StringIO) -> shlex.shlex:
+    lex = shlex.shlex(source, posix=True)
+    lex.whitespace = _SPACE
+    lex.whitespace_split = True
+    lex.commenters = ""  # '#' inside a command is an ordinary character
+    return lex
 
 
 def split_command(command: str) -> list[str]:
     """Split a task's command as a shell would split words (quotes, backslashes), but
     without any expansion: ``<``, ``|`` and ``$X`` reach the program literally."""
-    if _QUOTES.isdisjoint(command):
+    if not _has_quoting(command):
         return command.split()
-    return shlex.split(command, comments=False, posix=True)
+    return list(_lexer(command))
+
+
+_OPTIONS = {
+    "-m": "memory",
+    "--request-memory": "memory",
+    "-c": "cpus",
+    "--request-cpus": "cpus",
+    "-t": "tries",
+    "--tries": "tries",
+    "-p": "priority",
+    "--priority": "priority",
+    "-f": "pipe",
+    "--pipe-forward": "pipe",
+    "-F": "file",
+    "--file-forward": "file",
+    "--expected-runtime": "runtime",
+}
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_INT64 = 2**63 - 1  # option values travel to workers; keep them in a C long long
+_CHUNK = 1 << 20  # bytes read and decoded at a time
+_SHOW = 80  # characters of offending text quoted in a message
+
+
+def _show(text: str) -> str:
+    text = text.strip()
+    if len(text) > _SHOW:
+        text = text[:_SHOW] + "..."
+    return repr(text)
 
 
 def parse_dag(path: str) -> DAG:
-    """Read and validate a DAG file; raise DagError on the first problem."""
-    raise NotImplementedError  # filled in by the parser work
+    """Read and validate a DAG file; raise DagError on the first problem.
+
+    Problems within a line are reported in file order; duplicate edges and cycles once
+    the whole file has been read.
+    """
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed by the with below
+    except (OSError, ValueError) as e:
+        raise DagError(path, None, f"cannot read DAG file: {_reason(e)}") from None
+    # A million Task objects would trigger dozens of full collections that find
+    # nothing: parsing creates no reference cycles.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        with f:
+            return _parse(path, f)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _reason(e: Exception) -> str:
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror
+    return str(e) or type(e).__name__
+
+
+def _parse(path: str, f: BinaryIO) -> DAG:
+    tasks: list[Task] = []
+    index: dict[str, int] = {}
+    parents = array("i")
+    children = array("i")
+    edge_lines = array("i")
+    add_task = tasks.append
+    add_parent = parents.append
+    add_child = children.append
+    add_line = edge_lines.append
+    pegasus: str | None = None
+    last_command = ""
+    for lineno, lines in _blocks(path, f):
+        for line in lines:
+            lineno += 1
+            # At most three fields: the rest of a TASK line is its command, kept as
+            # written; the rest of an EDGE line must be exactly one name.
+            parts = line.split(None, 2)
+            if not parts:
+                continue
+            kind = parts[0]
+            if kind == "EDGE":
+                try:
+                    p = index[parts[1]]
+                    c = index[parts[2]]
+                except (KeyError, IndexError):
+                    p, c = _edge(path, lineno, line, index)
+                if p == c:
+                    raise DagError(
+                        path,
+                        lineno,
+                        f"self edge: task {parts[1]!r} cannot depend on itself: {_show(line)}",
+                    )
+                add_parent(p)
+                add_child(c)
+                add_line(lineno)
+            elif kind == "TASK":
+                tid = len(tasks)
+                if (
+                    len(parts) == 3
+                    and parts[1][0] != "-"
+                    and (rest := parts[2])[0] != "-"
+                    and "'" not in rest
+                    and '"' not in rest
+                    and "\\" not in rest
+                ):
+                    # The common line: no options, no quotes.
+                    command = rest.rstrip()
+                    # Generated DAGs often repeat one command: keep one copy of a run.
+                    if command == last_command:
+                        command = last_command
+                    last_command = command
+                    task = Task(tid, parts[1], command, line=lineno)
+                else:
+                    task = _task(path, lineno, line, parts, tid)
+                if pegasus is not None:
+                    task.pegasus_id = pegasus
+                    pegasus = None
+                if index.setdefault(task.name, tid) != tid:
+                    first = tasks[index[task.name]].line
+                    raise DagError(
+                        path,
+                        lineno,
+                        f"duplicate task id {task.name!r} (first defined at line {first}): "
+                        f"{_show(line)}",
+                    )
+                add_task(task)
+            elif kind[0] == "#":
+                if kind.startswith("#@"):
+                    pegasus = _pegasus_seq(path, lineno, line)
+            else:
+                raise DagError(
+                    path,
+                    lineno,
+                    f"unknown record type {_show(kind)} (expected TASK or EDGE): {_show(line)}",
+                )
+    return _build(path, tasks, index, parents, children, edge_lines)
+
+
+def _edge(path: str, lineno: int, line: str, index: dict[str, int]) -> tuple[int, int]:
+    """An EDGE line the fast path could not take: trailing blanks, or an error."""
+    fields = line.split()
+    if len(fields) != 3:
+        raise DagError(
+            path,
+            lineno,
+            f"EDGE needs a parent and a child, got {len(fields) - 1} field(s): {_show(line)}",
+        )
+    for name in fields[1:]:
+        if name not in index:
+            raise DagError(
+                path,
+                lineno,
+                f"EDGE names unknown task {name!r} (an EDGE may only name tasks defined "
+                f"above it): {_show(line)}",
+            )
+    return index[fields[1]], index[fields[2]]
+
+
+def _blocks(path: str, f: BinaryIO) -> Iterator[tuple[int, list[str]]]:
+    """Yield (lines before, lines) for runs of complete lines, decoded a megabyte at a
+    time. A NUL byte or invalid UTF-8 raises DagError after the lines before it."""
+    before = 0
+    pending: list[bytes] = []
+    while True:
+        try:
+            block = f.read(_CHUNK)
+        except OSError as e:
+            raise DagError(path, None, f"cannot read DAG file: {_reason(e)}") from None
+        if block:
+            cut = block.rfind(b"\n") + 1
+            if not cut:  # a line longer than a block: keep collecting
+                pending.append(block)
+                continue
+            pending.append(block[:cut])
+            data = b"".join(pending)
+            pending = [block[cut:]] if cut < len(block) else []
+        else:
+            data = b"".join(pending)
+            if not data:
+                return
+        lines, error = _decode(path, before, data)
+        yield before, lines
+        if error is not None:
+            raise error
+        before += len(lines)
+        if not block:
+            return
+
+
+def _decode(path: str, before: int, data: bytes) -> tuple[list[str], DagError | None]:
+    """The lines of ``data`` up to the first bad one, and the error for that one."""
+    bad = data.find(b"\0")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if bad < 0 or e.start < bad:
+            bad = e.start
+            problem = "invalid UTF-8"
+        else:
+            problem = "NUL byte"
+    else:
+        if bad < 0:
+            if text.endswith("\n"):
+                text = text[:-1]
+            if "\r" in text:  # DOS line ends; other carriage returns are blanks
+                text = text.replace("\r\n", "\n")
+            return text.split("\n"), None
+        problem = "NUL byte"
+    start = data.rfind(b"\n", 0, bad) + 1
+    end = data.find(b"\n", bad)
+    raw = data[start : end if end >= 0 else len(data)]
+    good = data[:start].decode("utf-8")
+    lines = good[:-1].split("\n") if good else []
+    shown = _show(raw.decode("utf-8", "backslashreplace"))
+    lineno = before + len(lines) + 1
+    return lines, DagError(path, lineno, f"{problem} at column {bad - start + 1}: {shown}")
+
+
+def _pegasus_seq(path: str, lineno: int, line: str) -> str:
+    fields = line.lstrip()[2:].split()
+    if len(fields) < 3:
+        raise DagError(
+            path,
+            lineno,
+            f"'#@' line needs SEQ TRANSFORMATION DAX_ID, got {len(fields)} field(s): {_show(line)}",
+        )
+    return fields[0]
+
+
+def _task(path: str, lineno: int, line: str, parts: list[str], tid: int) -> Task:
+    """A TASK line with options, quotes, or something missing."""
+    if len(parts) < 2:
+        raise DagError(path, lineno, f"TASK record has no task id: {_show(line)}")
+    name = parts[1]
+    if name[0] == "-":
+        raise DagError(
+            path, lineno, f"TASK record has no task id (found option {name!r}): {_show(line)}"
+        )
+    rest = parts[2] if len(parts) > 2 else ""
+    starts: list[int] | None = None
+    if _has_quoting(rest):
+        words, starts = _shell_words(path, lineno, line, rest)
+    else:
+        words = rest.split()
+
+    memory = 0
+    cpus = 1
+    tries: int | None = None
+    priority = 0
+    runtime: float | None = None
+    pipes: list[tuple[str, str]] = []
+    files: list[tuple[str, str]] = []
+    i = 0
+    n = len(words)
+    while i < n:
+        word = words[i]
+        if word[:1] != "-":
+            break
+        i += 1
+        if word == "--":
+            break
+        if word[:2] == "--":
+            opt, eq, value = word.partition("=")
+            inline = bool(eq)
+        else:
+            opt, value = word[:2], word[2:]  # getopt style: -m10
+            inline = bool(value)
+        what = _OPTIONS.get(opt)
+        if what is None:
+            raise DagError(path, lineno, f"unknown task option {_show(word)}: {_show(line)}")
+        if not inline:
+            if i >= n:
+                raise DagError(path, lineno, f"task option {opt} needs a value: {_show(line)}")
+            value = words[i]
+            i += 1
+        if what == "memory":
+            memory = _integer(path, lineno, opt, value, 0, "a number of MB >= 0")
+        elif what == "cpus":
+            cpus = _integer(path, lineno, opt, value, 1, "a whole number >= 1")
+        elif what == "tries":
+            tries = _integer(path, lineno, opt, value, 1, "a whole number >= 1")
+        elif what == "priority":
+            priority = _integer(path, lineno, opt, value, -_INT64, "a whole number")
+        elif what == "runtime":
+            runtime = _seconds(path, lineno, opt, value)
+        else:
+            left, eq, right = value.partition("=")
+            if what == "pipe":
+                if not (eq and right and _ENV_NAME.fullmatch(left)):
+                    raise DagError(
+                        path,
+                        lineno,
+                        f"task option {opt} needs VAR=FILE, VAR an environment variable name, "
+                        f"got {_show(value)}",
+                    )
+                pipes.append((left, right))
+            else:
+                if not (eq and left and right):
+                    raise DagError(
+                        path, lineno, f"task option {opt} needs SRC=DEST, got {_show(value)}"
+                    )
+                files.append((left, right))
+
+    if i >= n:
+        raise DagError(path, lineno, f"TASK {name} has no executable: {_show(line)}")
+    if not words[i]:
+        raise DagError(path, lineno, f"TASK {name} has an empty executable: {_show(line)}")
+    if starts is not None:
+        command = rest[starts[i] :].lstrip()
+        trimmed = command.rstrip()
+        # "a\ " ends in an escaped space: trimming it would leave a lone backslash.
+        if not trimmed.endswith("\\"):
+            command = trimmed
+    elif i == n - 1:
+        command = words[i]
+    else:
+        command = rest.split(None, i)[i].rstrip()
+    return Task(
+        tid,
+        name,
+        command,
+        memory=memory,
+        cpus=cpus,
+        tries=tries,
+        priority=priority,
+        pipe_forwards=tuple(pipes) if pipes else None,
+        file_forwards=tuple(files) if files else None,
+        expected_runtime=runtime,
+        line=lineno,
+    )
+
+
+def _shell_words(path: str, lineno: int, line: str, text: str) -> tuple[list[str], list[int]]:
+    """Shell-style words of ``text`` and where each starts, so that the command can be
+    kept as written (quotes and all) from the executable on."""
+    stream = io.StringIO(text)
+    lex = _lexer(stream)
+    words: list[str] = []
+    starts: list[int] = []
+    try:
+        while True:
+            # shlex reads one character past a word, so this is at or before the start
+            # of the next word and after the end of the previous one.
+            at = stream.tell()
+            word = lex.get_token()
+            if word is None:
+                break
+            words.append(word)
+            starts.append(at)
+    except ValueError as e:
+        problem = "unterminated quote" if "quotation" in str(e) else "backslash at end of line"
+        raise DagError(path, lineno, f"{problem}: {_show(line)}") from None
+    return words, starts
+
+
+def _integer(path: str, lineno: int, opt: str, value: str, least: int, want: str) -> int:
+    # Not int() alone: it also takes " 5", "5_0" and non-ASCII digits.
+    if _INTEGER.fullmatch(value) and len(value) <= 40:
+        number = int(value)
+        if least <= number <= _INT64:
+            return number
+    raise DagError(path, lineno, f"task option {opt} needs {want}, got {_show(value)}")
+
+
+def _seconds(path: str, lineno: int, opt: str, value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise DagError(
+            path, lineno, f"task option {opt} needs a number of seconds >= 0, got {_show(value)}"
+        )
+    return seconds
+
+
+def _build(
+    path: str,
+    tasks: list[Task],
+    index: dict[str, int],
+    parents: array[int],
+    children: array[int],
+    edge_lines: array[int],
+) -> DAG:
+    """Turn the edge lists into CSR form; reject duplicate edges and cycles."""
+    n = len(tasks)
+    counts = [0] * n
+    for p in parents:
+        counts[p] += 1
+    child_start = array("i", [0])
+    child_start.extend(accumulate(counts))
+    if all(map(le, parents, islice(parents, 1, None))):
+        # Edges already grouped by parent, as generators usually write them.
+        child_list = array("i", children)
+    else:
+        # Stable counting sort: children keep their file order within a parent.
+        child_list = array("i", bytes(4 * len(children)))
+        slot = array("i", child_start)
+        for p, c in zip(parents, children, strict=True):
+            k = slot[p]
+            child_list[k] = c
+            slot[p] = k + 1
+        del slot
+    # A duplicate edge repeats a child within its parent's run: only parents with
+    # several children need a look, and no set of all edges is ever built.
+    for p in compress(range(n), map(gt, counts, repeat(1))):
+        run = child_list[child_start[p] : child_start[p + 1]]
+        if len(set(run)) < len(run):
+            raise _duplicate_edge(tasks, path, counts, parents, children, edge_lines)
+    del counts  # before the next list, not after: this is the peak of a big parse
+    counts = [0] * n
+    for c in children:
+        counts[c] += 1
+    nparents = array("i", counts)
+    dag = DAG(path, tasks, index, child_start, child_list, nparents)
+    # With every edge pointing forward in DAG order there can be no cycle.
+    if any(map(ge, parents, children)):
+        _check_acyclic(dag, counts, parents, children, edge_lines)
+    return dag
+
+
+def _duplicate_edge(
+    tasks: list[Task],
+    path: str,
+    counts: list[int],
+    parents: array[int],
+    children: array[int],
+    edge_lines: array[int],
+) -> DagError:
+    """The error for the first repeated edge in file order."""
+    first: dict[int, int] = {}
+    for p, c, line in zip(parents, children, edge_lines, strict=True):
+        if counts[p] > 1:
+            key = p << 32 | c
+            if key in first:
+                return DagError(
+                    path,
+                    line,
+                    f"duplicate edge {tasks[p].name} -> {tasks[c].name} "
+                    f"(first at line {first[key]})",
+                )
+            first[key] = line
+    raise AssertionError("no duplicate edge")  # pragma: no cover
+
+
+def _check_acyclic(
+    dag: DAG,
+    waiting: list[int],
+    parents: array[int],
+    children: array[int],
+    edge_lines: array[int],
+) -> None:
+    """Kahn's algorithm, iterative; ``waiting`` (parents not yet done) is consumed."""
+    start = dag.child_start
+    child_list = dag.child_list
+    ready = [i for i, w in enumerate(waiting) if not w]
+    done = 0
+    while ready:
+        u = ready.pop()
+        done += 1
+        for v in child_list[start[u] : start[u + 1]]:
+            w = waiting[v] - 1
+            waiting[v] = w
+            if not w:
+                ready.append(v)
+    if done == len(dag.tasks):
+        return
+    # Every task left still waits for a parent that is also left, so walking from any of
+    # them to such a parent, again and again, must come back round: that is a cycle.
+    via = array("i", [-1]) * len(waiting)
+    for p, c in zip(parents, children, strict=True):
+        if waiting[p] and waiting[c]:
+            via[c] = p
+    u = next(i for i, w in enumerate(waiting) if w)
+    seen: dict[int, int] = {}
+    walk: list[int] = []
+    while u not in seen:
+        seen[u] = len(walk)
+        walk.append(u)
+        u = via[u]
+    cycle = walk[seen[u] :]
+    cycle.reverse()  # the walk went from child to parent
+    first = cycle.index(min(cycle))
+    cycle = cycle[first:] + cycle[:first]
+    keys = {a << 32 | b for a, b in zip(cycle, cycle[1:] + cycle[:1], strict=True)}
+    line = max(
+        line
+        for p, c, line in zip(parents, children, edge_lines, strict=True)
+        if p << 32 | c in keys
+    )
+    names = [dag.tasks[i].name for i in cycle]
+    if len(names) > 12:
+        shown = " -> ".join([*names[:10], "...", names[-1], names[0]])
+        message = f"cycle of {len(names)} tasks: {shown}"
+    else:
+        message = "cycle: " + " -> ".join([*names, names[0]])
+    raise DagError(dag.path, line, message)
