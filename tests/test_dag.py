@@ -1,0 +1,573 @@
+"""parse_dag, Task, DAG and split_command: the DAG format as the manual and FORMATS.md
+describe it, and an error naming file, line and problem for every bad input."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from pmc.dag import DAG, DagError, Task, parse_dag, split_command
+
+
+def write(tmp_path: Path, text: str | bytes, name: str = "w.dag") -> str:
+    path = tmp_path / name
+    if isinstance(text, str):
+        path.write_text(text, encoding="utf-8")
+    else:
+        path.write_bytes(text)
+    return str(path)
+
+
+def parse(tmp_path: Path, text: str | bytes) -> DAG:
+    return parse_dag(write(tmp_path, text))
+
+
+def error(tmp_path: Path, text: str | bytes, line: int | None, *fragments: str) -> DagError:
+    """Parse text that must fail; check the message names file, line and problem."""
+    path = write(tmp_path, text)
+    with pytest.raises(DagError) as info:
+        parse_dag(path)
+    e = info.value
+    message = str(e)
+    assert e.path == path
+    assert e.line == line
+    where = f"{path}:{line}: " if line is not None else f"{path}: "
+    assert message.startswith(where), message
+    for fragment in fragments:
+        assert fragment in message, (fragment, message)
+    return e
+
+
+def edges(dag: DAG) -> list[tuple[str, str]]:
+    return [
+        (dag.tasks[p].name, dag.tasks[c].name) for p in range(len(dag)) for c in dag.children(p)
+    ]
+
+
+# --- records -----------------------------------------------------------------------------
+
+DIAMOND = """\
+# diamond.dag
+TASK A /bin/echo "I am A"
+TASK B /bin/echo "I am B"
+TASK C /bin/echo "I am C"
+TASK D /bin/echo "I am D"
+
+EDGE A B
+EDGE A C
+EDGE B D
+EDGE C D
+"""
+
+
+def test_manual_diamond(tmp_path: Path) -> None:
+    dag = parse(tmp_path, DIAMOND)
+    assert len(dag) == 4
+    assert [t.name for t in dag.tasks] == ["A", "B", "C", "D"]
+    assert [t.id for t in dag.tasks] == [0, 1, 2, 3]
+    assert dag.index == {"A": 0, "B": 1, "C": 2, "D": 3}
+    assert [t.line for t in dag.tasks] == [2, 3, 4, 5]
+    assert dag.tasks[0].command == '/bin/echo "I am A"'
+    assert split_command(dag.tasks[0].command) == ["/bin/echo", "I am A"]
+    assert edges(dag) == [("A", "B"), ("A", "C"), ("B", "D"), ("C", "D")]
+    assert dag.edge_count() == 4
+    assert list(dag.nparents) == [0, 1, 1, 2]
+    assert dag.path.endswith("w.dag")
+
+
+def test_csr_layout(tmp_path: Path) -> None:
+    # Edges out of parent order: the CSR groups them by parent, file order within one.
+    dag = parse(
+        tmp_path,
+        "TASK A a\nTASK B b\nTASK C c\nTASK D d\n"
+        "EDGE C D\nEDGE A D\nEDGE A B\nEDGE B D\nEDGE A C\n",
+    )
+    assert len(dag.child_start) == len(dag) + 1
+    assert list(dag.child_start) == [0, 3, 4, 5, 5]
+    assert list(dag.child_list) == [3, 1, 2, 3, 3]
+    assert [list(dag.children(i)) for i in range(4)] == [[3, 1, 2], [3], [3], []]
+    assert list(dag.nparents) == [0, 1, 1, 3]
+    assert dag.edge_count() == 5
+
+
+def test_back_edges_in_dag_order_are_fine(tmp_path: Path) -> None:
+    # A child defined before its parent is no cycle.
+    dag = parse(tmp_path, "TASK C c\nTASK B b\nTASK A a\nEDGE A B\nEDGE B C\n")
+    assert edges(dag) == [("B", "C"), ("A", "B")]
+    assert list(dag.nparents) == [1, 1, 0]
+
+
+def test_no_tasks_is_an_empty_dag(tmp_path: Path) -> None:
+    dag = parse(tmp_path, "# nothing\n\n   \n")
+    assert len(dag) == 0
+    assert dag.edge_count() == 0
+    assert list(dag.child_start) == [0]
+
+
+def test_empty_file(tmp_path: Path) -> None:
+    assert len(parse(tmp_path, "")) == 0
+
+
+def test_blank_lines_comments_and_whitespace(tmp_path: Path) -> None:
+    dag = parse(
+        tmp_path,
+        "\n \t \n# a comment\n   # indented comment\n#TASK X x\n"
+        "  TASK\tA   /bin/true   \nTASK B b\nEDGE\tA\tB   \n",
+    )
+    assert [t.name for t in dag.tasks] == ["A", "B"]
+    assert dag.tasks[0].command == "/bin/true"
+    assert dag.tasks[0].line == 6
+    assert edges(dag) == [("A", "B")]
+
+
+def test_crlf_line_ends(tmp_path: Path) -> None:
+    dag = parse(tmp_path, "TASK A /bin/echo a\r\nTASK B b\r\nEDGE A B\r\n")
+    assert dag.tasks[0].command == "/bin/echo a"
+    assert edges(dag) == [("A", "B")]
+
+
+def test_last_line_without_newline(tmp_path: Path) -> None:
+    dag = parse(tmp_path, "TASK A a\nTASK B b\nEDGE A B")
+    assert edges(dag) == [("A", "B")]
+
+
+def test_task_defaults(tmp_path: Path) -> None:
+    task = parse(tmp_path, "TASK t01 /bin/program -a -b\n").tasks[0]
+    assert task.name == "t01"
+    assert task.command == "/bin/program -a -b"
+    assert task.memory == 0
+    assert task.cpus == 1
+    assert task.tries is None
+    assert task.priority == 0
+    assert task.pipe_forwards is None
+    assert task.file_forwards is None
+    assert task.pegasus_id is None
+    assert task.expected_runtime is None
+    assert task.line == 1
+
+
+def test_task_constructor_and_assignment() -> None:
+    task = Task(3, "x", "prog", memory=5, priority=-1, line=9)
+    assert (task.id, task.name, task.command, task.line) == (3, "x", "prog", 9)
+    assert (task.memory, task.cpus, task.priority, task.tries) == (5, 1, -1, None)
+    other = Task(4, "y", "prog")
+    other.tries = 2
+    other.pipe_forwards = (("A", "/tmp/a"),)
+    # Assigning an option to one task never changes another.
+    plain = Task(5, "z", "prog")
+    assert plain.tries is None and plain.pipe_forwards is None
+    assert other.tries == 2 and other.pipe_forwards == (("A", "/tmp/a"),)
+    assert repr(task) == "Task(3, 'x', 'prog')"
+
+
+# --- task options ------------------------------------------------------------------------
+
+
+def test_manual_example_options(tmp_path: Path) -> None:
+    task = parse(tmp_path, "TASK t01 -m 10 -c 2 /bin/program -a -b\n").tasks[0]
+    assert task.memory == 10
+    assert task.cpus == 2
+    # Options after the executable belong to the program.
+    assert task.command == "/bin/program -a -b"
+
+
+@pytest.mark.parametrize(
+    ("options", "attribute", "value"),
+    [
+        ("-m 10", "memory", 10),
+        ("--request-memory 10", "memory", 10),
+        ("--request-memory=10", "memory", 10),
+        ("-m10", "memory", 10),
+        ("-m 0", "memory", 0),
+        ("-c 4", "cpus", 4),
+        ("--request-cpus 4", "cpus", 4),
+        ("--request-cpus=4", "cpus", 4),
+        ("-t 3", "tries", 3),
+        ("--tries 3", "tries", 3),
+        ("--tries=1", "tries", 1),
+        ("-p 7", "priority", 7),
+        ("-p -7", "priority", -7),
+        ("--priority -7", "priority", -7),
+        ("--priority=+2", "priority", 2),
+        ("-f A=/tmp/a", "pipe_forwards", (("A", "/tmp/a"),)),
+        ("--pipe-forward _x1=/tmp/a=b", "pipe_forwards", (("_x1", "/tmp/a=b"),)),
+        (
+            "-f A=/tmp/a --pipe-forward=B=/tmp/b",
+            "pipe_forwards",
+            (("A", "/tmp/a"), ("B", "/tmp/b")),
+        ),
+        ("-F /tmp/foo.0=/scratch/foo", "file_forwards", (("/tmp/foo.0", "/scratch/foo"),)),
+        (
+            "--file-forward a=b -F c=d",
+            "file_forwards",
+            (("a", "b"), ("c", "d")),
+        ),
+        ("--expected-runtime 2.5", "expected_runtime", 2.5),
+        ("--expected-runtime=0", "expected_runtime", 0.0),
+        ("--expected-runtime 1e3", "expected_runtime", 1000.0),
+        ("-m 1 -m 2", "memory", 2),
+    ],
+)
+def test_task_option(tmp_path: Path, options: str, attribute: str, value: object) -> None:
+    task = parse(tmp_path, f"TASK A {options} /bin/prog -x 1\n").tasks[0]
+    assert getattr(task, attribute) == value
+    assert task.command == "/bin/prog -x 1"
+
+
+def test_all_options_together(tmp_path: Path) -> None:
+    task = parse(
+        tmp_path,
+        "TASK mytask -m 10 -c 2 -t 3 -p -5 -f A=/tmp/myfile.a -f B=/tmp/myfile.b "
+        "-F /tmp/foo.0=/scratch/foo --expected-runtime 60 "
+        "/bin/pegasus-kickstart /bin/mytask -o /proc/self/fd/$A\n",
+    ).tasks[0]
+    assert (task.memory, task.cpus, task.tries, task.priority) == (10, 2, 3, -5)
+    assert task.pipe_forwards == (("A", "/tmp/myfile.a"), ("B", "/tmp/myfile.b"))
+    assert task.file_forwards == (("/tmp/foo.0", "/scratch/foo"),)
+    assert task.expected_runtime == 60.0
+    assert task.command == "/bin/pegasus-kickstart /bin/mytask -o /proc/self/fd/$A"
+    assert split_command(task.command)[-1] == "/proc/self/fd/$A"
+
+
+def test_double_dash_ends_options(tmp_path: Path) -> None:
+    dag = parse(tmp_path, "TASK A -m 5 -- -weird-name arg\nTASK B -- prog\n")
+    assert dag.tasks[0].memory == 5
+    assert dag.tasks[0].command == "-weird-name arg"
+    assert dag.tasks[1].command == "prog"
+
+
+def test_quoted_option_values(tmp_path: Path) -> None:
+    task = parse(tmp_path, "TASK A -f 'OUT=/tmp/my file' prog 'x y'\n").tasks[0]
+    assert task.pipe_forwards == (("OUT", "/tmp/my file"),)
+    assert task.command == "prog 'x y'"
+
+
+# --- quoting -----------------------------------------------------------------------------
+
+
+def test_quoted_arguments_reach_the_program_literally(tmp_path: Path) -> None:
+    task = parse(tmp_path, "TASK A prog 'a < b || c > d' foo 'bar baz'\n").tasks[0]
+    assert task.command == "prog 'a < b || c > d' foo 'bar baz'"
+    assert split_command(task.command) == ["prog", "a < b || c > d", "foo", "bar baz"]
+
+
+@pytest.mark.parametrize(
+    ("command", "argv"),
+    [
+        ('prog "double quoted" x', ["prog", "double quoted", "x"]),
+        ("prog 'it''s' x", ["prog", "its", "x"]),
+        ('prog "say \\"hi\\""', ["prog", 'say "hi"']),
+        ("prog a\\ b", ["prog", "a b"]),
+        ("prog '' x", ["prog", "", "x"]),
+        ("prog $HOME '$HOME' \"$HOME\"", ["prog", "$HOME", "$HOME", "$HOME"]),
+        ("prog a#b '#c' #d", ["prog", "a#b", "#c", "#d"]),
+        ("prog 'a\tb'\tc", ["prog", "a\tb", "c"]),
+        ("'/opt/my prog/bin' -v", ["/opt/my prog/bin", "-v"]),
+    ],
+)
+def test_quoting_forms(tmp_path: Path, command: str, argv: list[str]) -> None:
+    task = parse(tmp_path, f"TASK A {command}\n").tasks[0]
+    assert task.command == command
+    assert split_command(task.command) == argv
+
+
+def test_escaped_trailing_space_is_kept(tmp_path: Path) -> None:
+    task = parse(tmp_path, "TASK A prog a\\ \n").tasks[0]
+    assert split_command(task.command) == ["prog", "a "]
+
+
+def test_split_command_without_quotes() -> None:
+    assert split_command("/bin/echo  a\tb   c") == ["/bin/echo", "a", "b", "c"]
+    assert split_command("") == []
+
+
+def test_split_command_splits_where_str_split_does() -> None:
+    # A quote elsewhere on the line must not change where unquoted words end.
+    spaces = "".join(chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace())
+    for space in spaces:
+        assert split_command(f"a{space}'b c'") == ["a", "b c"], repr(space)
+    assert split_command("a\u00a0b") == ["a", "b"]
+
+
+# --- Pegasus #@ lines ----------------------------------------------------------------------
+
+
+def test_pegasus_line_applies_to_next_task_only(tmp_path: Path) -> None:
+    dag = parse(
+        tmp_path,
+        "#@ 1 preprocess ID000001\n"
+        "TASK A a\n"
+        "TASK B b\n"
+        "#@ 2 findrange ID000002 extra fields\n"
+        "# a comment between\n"
+        "\n"
+        "TASK C -m 3 c\n"
+        "#@ 9 x ID9\n"
+        "EDGE A C\n"
+        "TASK D d\n",
+    )
+    assert [t.pegasus_id for t in dag.tasks] == ["1", None, "2", "9"]
+    assert dag.tasks[2].memory == 3
+
+
+def test_pegasus_line_without_space(tmp_path: Path) -> None:
+    assert parse(tmp_path, "#@7 t d\nTASK A a\n").tasks[0].pegasus_id == "7"
+
+
+def test_pegasus_line_with_too_few_fields(tmp_path: Path) -> None:
+    error(tmp_path, "TASK A a\n#@ 1 preprocess\nTASK B b\n", 2, "#@", "'#@ 1 preprocess'")
+    error(tmp_path, "#@\n", 1, "#@")
+
+
+def test_hash_comment_is_not_a_pegasus_line(tmp_path: Path) -> None:
+    dag = parse(tmp_path, "# @ 1\n## x\nTASK A a\n")
+    assert dag.tasks[0].pegasus_id is None
+
+
+# --- errors --------------------------------------------------------------------------------
+
+
+def test_unknown_record_type(tmp_path: Path) -> None:
+    error(tmp_path, "TASK A a\nJOB B b\n", 2, "unknown record type", "'JOB'")
+    error(tmp_path, "task A a\n", 1, "unknown record type", "'task'")
+
+
+def test_unknown_task_option(tmp_path: Path) -> None:
+    error(tmp_path, "TASK A --bogus 1 prog\n", 1, "unknown task option", "'--bogus'")
+    error(tmp_path, "TASK A -x prog\n", 1, "unknown task option", "'-x'")
+    error(tmp_path, "TASK A - prog\n", 1, "unknown task option", "'-'")
+
+
+@pytest.mark.parametrize("option", ["-m", "--request-memory", "-c", "-t", "-p", "-f", "-F"])
+def test_option_missing_its_value(tmp_path: Path, option: str) -> None:
+    error(tmp_path, f"TASK A {option}\n", 1, "needs a value", option)
+
+
+def test_option_followed_by_executable_only(tmp_path: Path) -> None:
+    error(tmp_path, "TASK A -m /bin/true\n", 1, "-m", "'/bin/true'")
+
+
+@pytest.mark.parametrize(
+    ("options", "fragments"),
+    [
+        ("-m -1", ["-m", "'-1'"]),
+        ("-m ten", ["-m", "'ten'"]),
+        ("-m 1.5", ["-m", "'1.5'"]),
+        ("--request-memory=", ["--request-memory", "''"]),
+        ("-m 1_000", ["-m", "'1_000'"]),
+        ("-m \uff11", ["-m"]),
+        ("-m 99999999999999999999999", ["-m", "'99999999999999999999999'"]),
+        ("-c 0", ["-c", "'0'"]),
+        ("-c -2", ["-c", "'-2'"]),
+        ("-c two", ["-c", "'two'"]),
+        ("-t 0", ["-t", "'0'"]),
+        ("--tries=-1", ["--tries", "'-1'"]),
+        ("-p high", ["-p", "'high'"]),
+        ("-f noequals", ["-f", "'noequals'"]),
+        ("-f 1A=/tmp/a", ["-f", "'1A=/tmp/a'"]),
+        ("-f A-B=/tmp/a", ["-f", "'A-B=/tmp/a'"]),
+        ("-f A=", ["-f", "'A='"]),
+        ("-f =x", ["-f", "'=x'"]),
+        ("-F src", ["-F", "'src'"]),
+        ("-F =dest", ["-F", "'=dest'"]),
+        ("-F src=", ["-F", "'src='"]),
+        ("--expected-runtime -1", ["--expected-runtime", "'-1'"]),
+        ("--expected-runtime soon", ["--expected-runtime", "'soon'"]),
+        ("--expected-runtime nan", ["--expected-runtime", "'nan'"]),
+        ("--expected-runtime inf", ["--expected-runtime", "'inf'"]),
+    ],
+)
+def test_bad_option_values(tmp_path: Path, options: str, fragments: list[str]) -> None:
+    error(tmp_path, f"TASK A a\nTASK B {options} prog\n", 2, *fragments)
+
+
+def test_missing_task_id(tmp_path: Path) -> None:
+    error(tmp_path, "TASK\n", 1, "no task id", "'TASK'")
+    error(tmp_path, "TASK -m 5 prog\n", 1, "no task id", "'-m'")
+
+
+def test_missing_executable(tmp_path: Path) -> None:
+    error(tmp_path, "TASK A\n", 1, "no executable", "'TASK A'")
+    error(tmp_path, "TASK A -m 5 -c 2\n", 1, "no executable")
+    error(tmp_path, "TASK A -m 5 --\n", 1, "no executable")
+    error(tmp_path, "TASK A '' arg\n", 1, "empty executable")
+
+
+def test_unterminated_quote(tmp_path: Path) -> None:
+    error(tmp_path, "TASK A a\nTASK B prog 'oops\n", 2, "unterminated quote", "prog 'oops")
+    error(tmp_path, 'TASK B prog "oops\n', 1, "unterminated quote")
+    error(tmp_path, "TASK B prog oops\\", 1, "backslash at end of line")
+
+
+def test_duplicate_task_id(tmp_path: Path) -> None:
+    error(tmp_path, "TASK A a\n\nTASK B b\nTASK A c\n", 4, "duplicate task id 'A'", "line 1")
+
+
+@pytest.mark.parametrize("line", ["EDGE A", "EDGE", "EDGE A B C"])
+def test_edge_with_wrong_field_count(tmp_path: Path, line: str) -> None:
+    error(tmp_path, f"TASK A a\nTASK B b\nTASK C c\n{line}\n", 4, "EDGE needs", repr(line))
+
+
+def test_edge_naming_unknown_task(tmp_path: Path) -> None:
+    error(tmp_path, "TASK A a\nEDGE A X\n", 2, "unknown task 'X'")
+    error(tmp_path, "TASK A a\nEDGE X A\n", 2, "unknown task 'X'")
+
+
+def test_edge_before_its_task_is_an_error(tmp_path: Path) -> None:
+    error(tmp_path, "TASK A a\nEDGE A B\nTASK B b\n", 2, "unknown task 'B'", "defined above")
+
+
+def test_duplicate_edge(tmp_path: Path) -> None:
+    error(
+        tmp_path,
+        "TASK A a\nTASK B b\nTASK C c\nEDGE A B\nEDGE A C\nEDGE A B\n",
+        6,
+        "duplicate edge A -> B",
+        "line 4",
+    )
+
+
+def test_first_duplicate_edge_in_file_order(tmp_path: Path) -> None:
+    error(
+        tmp_path,
+        "TASK A a\nTASK B b\nTASK C c\nEDGE B C\nEDGE A B\nEDGE B C\nEDGE A B\n",
+        6,
+        "duplicate edge B -> C",
+        "line 4",
+    )
+
+
+def test_self_edge(tmp_path: Path) -> None:
+    error(tmp_path, "TASK A a\nEDGE A A\n", 2, "self edge", "'A'")
+
+
+def test_cycle(tmp_path: Path) -> None:
+    error(
+        tmp_path,
+        "TASK A a\nTASK B b\nTASK C c\nTASK D d\nEDGE D A\nEDGE A B\nEDGE B C\nEDGE C A\n",
+        8,
+        "cycle: A -> B -> C -> A",
+    )
+
+
+def test_two_task_cycle(tmp_path: Path) -> None:
+    error(tmp_path, "TASK A a\nTASK B b\nEDGE B A\nEDGE A B\n", 4, "cycle: A -> B -> A")
+
+
+def test_long_cycle_is_shortened(tmp_path: Path) -> None:
+    n = 50
+    text = "".join(f"TASK T{i} t\n" for i in range(n))
+    text += "".join(f"EDGE T{i} T{i + 1}\n" for i in range(n - 1)) + f"EDGE T{n - 1} T0\n"
+    e = error(tmp_path, text, 2 * n, "cycle of 50 tasks", "T0 -> T1 ->", "-> T49 -> T0")
+    assert len(str(e)) < 300
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    path = str(tmp_path / "nope.dag")
+    with pytest.raises(DagError) as info:
+        parse_dag(path)
+    assert str(info.value).startswith(f"{path}: ")
+    assert "No such file" in str(info.value)
+    assert info.value.line is None
+
+
+def test_directory_instead_of_file(tmp_path: Path) -> None:
+    with pytest.raises(DagError) as info:
+        parse_dag(str(tmp_path))
+    assert str(tmp_path) in str(info.value)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
+def test_unreadable_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "TASK A a\n")
+    os.chmod(path, 0)
+    with pytest.raises(DagError) as info:
+        parse_dag(path)
+    assert "Permission denied" in str(info.value)
+
+
+def test_read_error_after_open() -> None:
+    # Reading /proc/self/mem from offset 0 fails with EIO once the file is open.
+    with pytest.raises(DagError) as info:
+        parse_dag("/proc/self/mem")
+    assert str(info.value).startswith("/proc/self/mem: cannot read DAG file: ")
+
+
+def test_path_with_nul_byte() -> None:
+    with pytest.raises(DagError) as info:
+        parse_dag("bad\x00name.dag")
+    assert "cannot read DAG file" in str(info.value)
+
+
+def test_invalid_utf8_names_its_line(tmp_path: Path) -> None:
+    e = error(tmp_path, b"TASK A a\nTASK B /bin/echo \xff\xfe\n", 2, "invalid UTF-8", "column 18")
+    assert "\\xff" in str(e)
+
+
+def test_truncated_utf8_at_end(tmp_path: Path) -> None:
+    error(tmp_path, b"TASK A a\nTASK B \xe2\x82", 2, "invalid UTF-8")
+
+
+def test_utf8_names_and_arguments(tmp_path: Path) -> None:
+    dag = parse(tmp_path, "TASK t\u00e9 /bin/echo '\u65e5\u672c'\nTASK b b\nEDGE t\u00e9 b\n")
+    assert dag.tasks[0].name == "t\u00e9"
+    assert split_command(dag.tasks[0].command) == ["/bin/echo", "\u65e5\u672c"]
+
+
+def test_nul_byte_names_its_line(tmp_path: Path) -> None:
+    error(tmp_path, b"TASK A a\n\nTASK B b\x00c\n", 3, "NUL byte", "column 9")
+
+
+def test_earlier_line_error_wins_over_later_bad_bytes(tmp_path: Path) -> None:
+    error(tmp_path, b"TASK A a\nBOGUS\nTASK B \xff\n", 2, "unknown record type")
+
+
+def test_bad_bytes_after_a_megabyte(tmp_path: Path) -> None:
+    # The bad line is past the first block read: its number must still be exact.
+    lines = [f"TASK T{i} /bin/echo {'x' * 40}\n".encode() for i in range(40_000)]
+    data = b"".join(lines) + b"TASK bad \xc3\x28\n"
+    error(tmp_path, data, 40_001, "invalid UTF-8")
+
+
+def test_long_lines(tmp_path: Path) -> None:
+    arg = "y" * 3_000_000
+    dag = parse(tmp_path, f"TASK A /bin/echo {arg}\nTASK B b\nEDGE A B\n")
+    assert dag.tasks[0].command == f"/bin/echo {arg}"
+    assert dag.tasks[1].line == 2
+
+
+def test_long_offending_text_is_shortened(tmp_path: Path) -> None:
+    e = error(tmp_path, "NOPE " + "z" * 100_000 + "\n", 1, "unknown record type")
+    assert len(str(e)) < 400
+
+
+def test_error_is_a_single_line_message(tmp_path: Path) -> None:
+    e = error(tmp_path, "TASK A a\nTASK B 'x\n", 2)
+    assert "\n" not in str(e)
+    assert e.message == 'unterminated quote: "TASK B \'x"'
+
+
+def test_line_numbers_count_every_line(tmp_path: Path) -> None:
+    dag = parse(tmp_path, "\n# c\n\nTASK A a\n\r\n\x0c\nTASK B b\n")
+    assert [t.line for t in dag.tasks] == [4, 7]
+
+
+def test_many_tasks_and_edges(tmp_path: Path) -> None:
+    n = 3000
+    text = "".join(f"TASK t{i} /bin/true {i}\n" for i in range(n))
+    text += "".join(f"EDGE t{i // 2} t{i}\n" for i in range(1, n))
+    dag = parse(tmp_path, text)
+    assert len(dag) == n
+    assert dag.edge_count() == n - 1
+    assert list(dag.children(0)) == [1]
+    assert list(dag.children(1)) == [2, 3]
+    assert all(dag.nparents[i] == 1 for i in range(1, n))
+    assert dag.tasks[n - 1].command == f"/bin/true {n - 1}"
+
+
+def test_repeated_commands_are_equal_strings(tmp_path: Path) -> None:
+    dag = parse(tmp_path, "TASK A /bin/true\nTASK B /bin/true\nTASK C /bin/false\n")
+    assert [t.command for t in dag.tasks] == ["/bin/true", "/bin/true", "/bin/false"]
