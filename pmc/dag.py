@@ -13,10 +13,8 @@ unknown option, so DAGs that use it only run here.
 from __future__ import annotations
 
 import gc
-import io
 import math
 import re
-import shlex
 from array import array
 from collections.abc import Iterator, Sequence
 from itertools import accumulate, compress, islice, repeat
@@ -217,20 +215,74 @@ def _has_quoting(text: str) -> bool:
     return "'" in text or '"' in text or "\\" in text
 
 
-def _lexer(source: str | io.StringIO) -> shlex.shlex:
-    lex = shlex.shlex(source, posix=True)
-    lex.whitespace = _SPACE
-    lex.whitespace_split = True
-    lex.commenters = ""  # '#' inside a command is an ordinary character
-    return lex
-
-
 def split_command(command: str) -> list[str]:
     """Split a task's command as a shell would split words (quotes, backslashes), but
-    without any expansion: ``<``, ``|`` and ``$X`` reach the program literally."""
+    without any expansion: ``<``, ``|`` and ``$X`` reach the program literally.
+
+    The rules are those of ``shlex.split(command, posix=True)``; a bad quote raises
+    ValueError. In linear time: shlex grows a word a character at a time, which takes
+    minutes for a quoted argument a megabyte long.
+    """
     if not _has_quoting(command):
         return command.split()
-    return list(_lexer(command))
+    return _words(command)[0]
+
+
+_SPECIAL = re.compile("[" + re.escape(_SPACE + "'\"\\") + "]")
+_IN_DOUBLE = re.compile(r'["\\]')
+
+
+def _words(text: str) -> tuple[list[str], list[int]]:
+    """The shell words of ``text`` and the offset where each starts."""
+    words: list[str] = []
+    starts: list[int] = []
+    word: list[str] = []
+    in_word = False
+    pos = 0
+    n = len(text)
+    while pos < n:
+        m = _SPECIAL.search(text, pos)
+        end = m.start() if m else n
+        char = text[end] if m else ""
+        if not in_word and (end > pos or (char and char not in _SPACE)):
+            in_word = True
+            starts.append(pos)
+        word.append(text[pos:end])
+        if char == "'":
+            close = text.find("'", end + 1)
+            if close < 0:
+                raise ValueError("unterminated quote")
+            word.append(text[end + 1 : close])
+            pos = close + 1
+        elif char == '"':
+            pos = end + 1
+            while True:
+                q = _IN_DOUBLE.search(text, pos)
+                if q is None or (q.end() == n and q.group() == "\\"):
+                    raise ValueError("unterminated quote")
+                k = q.start()
+                word.append(text[pos:k])
+                if text[k] == '"':
+                    pos = k + 1
+                    break
+                # Inside double quotes a backslash escapes only " and itself.
+                after = text[k + 1]
+                word.append(after if after in '"\\' else "\\" + after)
+                pos = k + 2
+        elif char == "\\":
+            if end + 1 == n:
+                raise ValueError("backslash at end of line")
+            word.append(text[end + 1])
+            pos = end + 2
+        else:  # a blank, or the end, ends the word
+            if in_word:
+                words.append("".join(word))
+                in_word = False
+            word.clear()
+            pos = end + 1
+    if in_word:  # the text ended inside a word, after a quote or an escape
+        words.append("".join(word))
+    return words, starts
 
 
 _OPTIONS = {
@@ -564,26 +616,10 @@ def _task(path: str, lineno: int, line: str, parts: list[str], tid: int) -> Task
 
 
 def _shell_words(path: str, lineno: int, line: str, text: str) -> tuple[list[str], list[int]]:
-    """Shell-style words of ``text`` and where each starts, so that the command can be
-    kept as written (quotes and all) from the executable on."""
-    stream = io.StringIO(text)
-    lex = _lexer(stream)
-    words: list[str] = []
-    starts: list[int] = []
     try:
-        while True:
-            # shlex reads one character past a word, so this is at or before the start
-            # of the next word and after the end of the previous one.
-            at = stream.tell()
-            word = lex.get_token()
-            if word is None:
-                break
-            words.append(word)
-            starts.append(at)
+        return _words(text)
     except ValueError as e:
-        problem = "unterminated quote" if "quotation" in str(e) else "backslash at end of line"
-        raise DagError(path, lineno, f"{problem}: {_show(line)}") from None
-    return words, starts
+        raise DagError(path, lineno, f"{e}: {_show(line)}") from None
 
 
 def _integer(path: str, lineno: int, opt: str, value: str, least: int, want: str) -> int:

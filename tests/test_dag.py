@@ -4,10 +4,13 @@ describe it, and an error naming file, line and problem for every bad input."""
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pmc.dag import DAG, DagError, Task, parse_dag, split_command
 
@@ -290,6 +293,29 @@ def test_split_command_splits_where_str_split_does() -> None:
     for space in spaces:
         assert split_command(f"a{space}'b c'") == ["a", "b c"], repr(space)
     assert split_command("a\u00a0b") == ["a", "b"]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet="ab'\"\\ \t\u00a0#$<|", max_size=16))
+def test_split_command_follows_posix_shlex(command: str) -> None:
+    reference = shlex.shlex(command, posix=True)
+    reference.whitespace = " \t\u00a0"
+    reference.whitespace_split = True
+    reference.commenters = ""
+    try:
+        expected: list[str] | None = list(reference)
+    except ValueError:
+        expected = None
+    try:
+        got: list[str] | None = split_command(command)
+    except ValueError:
+        got = None
+    assert got == expected
+
+
+def test_split_command_long_quoted_argument() -> None:
+    big = "x" * (1 << 20)
+    assert split_command(f"prog '{big}' \"{big}\"") == ["prog", big, big]
 
 
 # --- Pegasus #@ lines ----------------------------------------------------------------------
