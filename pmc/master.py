@@ -15,6 +15,7 @@ import sys
 import time
 from array import array
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from pmc import log, protocol
@@ -35,6 +36,7 @@ EXIT_INCOMPLETE = 3
 
 HELLO_TIMEOUT = 120.0
 BYE_TIMEOUT = 30.0
+STOP_GRACE = 10.0  # after a stop, how long killed tasks may take to report
 SIGNAL_CHECK = 0.25  # longest wait before noticing a signal or the wall-time limit
 
 
@@ -82,12 +84,14 @@ class Master:
         done: set[int],
         observers: list[Observer],
         mode: str,
+        open_outputs: Callable[[], list[Observer]] = list,
     ) -> None:
         self.t = transport
         self.opts = opts
         self.dag = dag
         self.done_at_start = done
         self.observers = observers
+        self.open_outputs = open_outputs  # output files, opened once the run can start
         self.mode = mode
         self.resources = Resources()
         self.engine = Engine(dag, tries=opts.tries, max_failures=opts.max_failures, done=done)
@@ -102,6 +106,7 @@ class Master:
         if opts.max_wall_time is not None:
             self.deadline = self.t0 + opts.max_wall_time * 60.0
         self.stop_reason: str | None = None  # set when the run is being stopped early
+        self.stop_deadline: float | None = None
         self.signal_received: int | None = None
         self.runtime = 0.0
         self.cpu_time = 0.0
@@ -225,6 +230,10 @@ class Master:
         self.gather_workers()
         self.check_capable()
         self.rescue = RescueLog(self.opts.rescue_path, self.dag, self.done_at_start)
+        try:
+            self.observers.extend(self.open_outputs())
+        except OSError as e:
+            raise FatalError(f"Cannot open output file: {e}") from e
         self.start_hosts()
         info = RunInfo(
             dag_path=self.opts.dag, tasks=len(self.dag), recovered=self.engine.recovered,
@@ -247,6 +256,13 @@ class Master:
             if self.stop_reason is None:
                 self.dispatch()
             if not self.running and (self.stop_reason or self.engine.finished()):
+                break
+            if self.stop_deadline is not None and time.monotonic() > self.stop_deadline:
+                log.error(f"{len(self.running)} task(s) did not report after the stop; "
+                          "giving up on them")
+                for task_id in list(self.running):
+                    self.running.pop(task_id)
+                    self.engine.requeue(task_id)
                 break
             timeout: float | None = SIGNAL_CHECK
             left = self.remaining()
@@ -421,6 +437,7 @@ class Master:
     def stop(self, reason: str) -> None:
         """Stop dispatching and kill running tasks (SIGTERM, then SIGKILL on the workers)."""
         self.stop_reason = reason
+        self.stop_deadline = time.monotonic() + STOP_GRACE
         log.error(f"Aborting workflow: {reason}")
         busy = {w.rank for w, _a in self.running.values()}
         for rank in sorted(busy & self.ranks_alive):

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from pmc import log
+from pmc import log, observe
 from pmc.dag import DAG, DagError, parse_dag
 from pmc.events import Observer
 from pmc.master import (
@@ -115,7 +115,8 @@ def _run_master(opts: RunOptions, observers: list[Observer], make_transport: Any
 def _run_with_transport(opts: RunOptions, dag: DAG, done: set[int],
                         observers: list[Observer], transport: Transport, mode: str) -> int:
     all_observers = list(observers)
-    master = Master(transport, opts, dag, done, all_observers, mode)
+    master = Master(transport, opts, dag, done, all_observers, mode,
+                    open_outputs=lambda: _record_observers(opts) + observe.observers(opts))
     received: list[int] = []
 
     def on_signal(signum: int, frame: object) -> None:
@@ -125,10 +126,6 @@ def _run_with_transport(opts: RunOptions, dag: DAG, done: set[int],
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     summary = None
     try:
-        try:
-            all_observers.extend(_record_observers(opts))
-        except OSError as e:
-            raise FatalError(f"Cannot open output file: {e}") from e
         summary = master.run()
     except FatalError as e:
         log.fatal(str(e))

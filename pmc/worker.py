@@ -22,6 +22,7 @@ import stat
 import subprocess
 import sys
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -103,6 +104,7 @@ class Worker:
         for var in ("PMC_AFFINITY",):
             self.base_env.pop(var, None)
         self.term_requested = False
+        self.inbox: deque[protocol.Message] = deque()  # received, not yet handled
         fd = transport.fileno()
         if fd is not None:
             self.sel.register(fd, selectors.EVENT_READ, "master")
@@ -360,6 +362,8 @@ class Worker:
             if self.kill_deadline is not None:
                 left = max(0.0, self.kill_deadline - time.monotonic())
                 timeout = left if timeout is None else min(timeout, left)
+            if self.inbox:
+                timeout = 0
             events = self.sel.select(timeout)
             got_message = False
             for key, _ in events:
@@ -373,11 +377,12 @@ class Worker:
                     if fd in r.pipes:  # not already drained by a reap in this batch
                         self.read_pipe(r, fd)
             if polling or got_message:
-                msgs = self.t.poll(0)
-                for _src, msg in msgs:
-                    self.handle(msg)
-                if polling:
-                    delay = 0.0001 if (msgs or events) else min(delay * 2, self._cap())
+                self.inbox.extend(m for _src, m in self.t.poll(0))
+            had_messages = bool(self.inbox)
+            while self.inbox:
+                self.handle(self.inbox.popleft())
+            if polling:
+                delay = 0.0001 if (had_messages or events) else min(delay * 2, self._cap())
             if self.results:
                 results, self.results = self.results, []
                 self.t.send(0, (protocol.RESULTS, results))
@@ -388,7 +393,8 @@ class Worker:
 
 def run(transport: Transport) -> int:
     """The worker's whole life: config, hello, start, tasks, shutdown. Returns exit code."""
-    msg = _wait(transport)
+    inbox: deque[protocol.Message] = deque()
+    msg = _wait(transport, inbox)
     if msg[0] == protocol.SHUTDOWN:  # the master stopped before the run began
         return 0
     if msg[0] != protocol.CONFIG or msg[1] != protocol.VERSION:
@@ -398,11 +404,12 @@ def run(transport: Transport) -> int:
     log.setup(cfg.log_level, prefix=f"rank {transport.rank}: ")
     try:
         worker = Worker(transport, cfg)
+        worker.inbox.extend(inbox)
     except OSError as e:
         transport.send(0, (protocol.ERROR, f"worker {transport.rank} cannot start: {e}"))
         return 1
     transport.send(0, worker.hello())
-    msg = _wait(transport)
+    msg = _wait(transport, worker.inbox)
     if msg[0] == protocol.SHUTDOWN:
         transport.send(0, (protocol.BYE, None))
         return 0
@@ -427,11 +434,11 @@ def run(transport: Transport) -> int:
     return 0
 
 
-def _wait(transport: Transport) -> protocol.Message:
-    while True:
-        msgs = transport.poll(None)
-        if msgs:
-            return msgs[0][1]
+def _wait(transport: Transport, inbox: deque[protocol.Message]) -> protocol.Message:
+    """The next message; any that arrived with it stay in the inbox, in order."""
+    while not inbox:
+        inbox.extend(m for _src, m in transport.poll(None))
+    return inbox.popleft()
 
 
 def _install_term(worker: Worker) -> dict[int, Any]:

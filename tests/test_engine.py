@@ -1,0 +1,167 @@
+"""The engine alone: readiness, priorities, tries, max failures, descendants of failures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pmc.dag import DAG, parse_dag
+from pmc.engine import Engine, Outcome, State
+
+
+def make(tmp_path: Path, text: str) -> DAG:
+    p = tmp_path / "w.dag"
+    p.write_text(text)
+    return parse_dag(str(p))
+
+
+def names(dag: DAG, ids: list[int]) -> list[str]:
+    return [dag.tasks[i].name for i in ids]
+
+
+def drain(engine: Engine) -> list[int]:
+    """Pop every ready task in the engine's order (best class head first)."""
+    out = []
+    while engine.nready:
+        _key, cpus, memory = engine.ready_heads()[0]
+        out.append(engine.pop(cpus, memory))
+    return out
+
+
+def test_roots_ready_in_dag_order_then_children(tmp_path: Path) -> None:
+    dag = make(tmp_path, "TASK A /bin/true\nTASK B /bin/true\nTASK C /bin/true\nEDGE A C\n")
+    e = Engine(dag)
+    assert names(dag, drain(e)) == ["A", "B"]
+    assert e.state[dag.index["C"]] == State.WAITING
+    outcome, newly = e.complete(dag.index["A"], ok=True)
+    assert outcome is Outcome.SUCCEEDED and names(dag, newly) == ["C"]
+    assert not e.finished()
+    e.complete(dag.index["B"], ok=True)
+    e.complete(drain(e)[0], ok=True)
+    assert e.finished() and e.succeeded()
+
+
+def test_higher_priority_first_then_dag_order(tmp_path: Path) -> None:
+    dag = make(tmp_path, "TASK a /bin/true\nTASK b -p 5 /bin/true\nTASK c -p -1 /bin/true\n"
+                         "TASK d -p 5 /bin/true\nTASK e /bin/true\n")
+    assert names(dag, drain(Engine(dag))) == ["b", "d", "a", "e", "c"]
+
+
+def test_child_that_becomes_ready_later_keeps_dag_order(tmp_path: Path) -> None:
+    dag = make(tmp_path, "TASK p /bin/true\nTASK x /bin/true\nTASK y /bin/true\nEDGE p x\n")
+    e = Engine(dag)
+    p = e.pop(1, 0)
+    e.complete(p, ok=True)
+    assert names(dag, drain(e)) == ["x", "y"]
+
+
+def test_classes_are_separate_but_priority_decides_which_head(tmp_path: Path) -> None:
+    dag = make(tmp_path, "TASK small /bin/true\nTASK big -c 4 -p 3 /bin/true\n")
+    e = Engine(dag)
+    heads = e.ready_heads()
+    assert [(c, m) for _k, c, m in heads] == [(4, 0), (1, 0)]
+
+
+def test_tries_retry_then_fail_permanently(tmp_path: Path) -> None:
+    dag = make(tmp_path, "TASK A -t 3 /bin/false\nTASK B /bin/false\n")
+    e = Engine(dag, tries=1)
+    a, b = dag.index["A"], dag.index["B"]
+    assert e.tries_of(a) == 3 and e.tries_of(b) == 1
+    for attempt in (1, 2):
+        assert e.pop(1, 0) == a
+        assert e.attempts[a] == attempt
+        assert e.complete(a, ok=False)[0] is Outcome.RETRY
+    assert e.pop(1, 0) == a
+    assert e.complete(a, ok=False)[0] is Outcome.FAILED
+    assert e.pop(1, 0) == b
+    assert e.complete(b, ok=False)[0] is Outcome.FAILED
+    assert e.nfailed == 2 and e.nretries == 2 and e.finished() and not e.succeeded()
+
+
+def test_global_tries_apply_to_tasks_without_their_own(tmp_path: Path) -> None:
+    dag = make(tmp_path, "TASK A /bin/false\n")
+    e = Engine(dag, tries=2)
+    e.pop(1, 0)
+    assert e.complete(0, ok=False)[0] is Outcome.RETRY
+    e.pop(1, 0)
+    assert e.complete(0, ok=False)[0] is Outcome.FAILED
+
+
+def test_descendants_of_a_failed_task_never_become_ready(tmp_path: Path) -> None:
+    dag = make(tmp_path, "TASK A /bin/false\nTASK B /bin/true\nTASK C /bin/true\n"
+                         "TASK D /bin/true\nEDGE A B\nEDGE B C\nEDGE D C\n")
+    e = Engine(dag)
+    ready = drain(e)
+    assert names(dag, ready) == ["A", "D"]
+    e.complete(dag.index["A"], ok=False)
+    e.complete(dag.index["D"], ok=True)
+    assert e.nready == 0 and e.finished()
+    assert e.state[dag.index["B"]] == State.WAITING
+    assert e.state[dag.index["C"]] == State.WAITING
+
+
+def test_max_failures_stops_new_submissions(tmp_path: Path) -> None:
+    dag = make(tmp_path, "".join(f"TASK t{i} /bin/false\n" for i in range(5)))
+    e = Engine(dag, max_failures=2)
+    first, second = e.pop(1, 0), e.pop(1, 0)
+    e.complete(first, ok=False)
+    assert e.accepting()
+    e.complete(second, ok=False)
+    assert not e.accepting()
+    assert e.nready == 3
+    assert e.finished()  # nothing running, nothing more will start
+
+
+def test_max_failures_lets_running_tasks_finish(tmp_path: Path) -> None:
+    dag = make(tmp_path, "TASK a /bin/false\nTASK b /bin/true\n")
+    e = Engine(dag, max_failures=1)
+    a, b = e.pop(1, 0), e.pop(1, 0)
+    e.complete(a, ok=False)
+    assert not e.finished()  # b still runs
+    e.complete(b, ok=True)
+    assert e.finished() and e.ndone == 1
+
+
+def test_rescued_tasks_are_done_and_release_children(tmp_path: Path) -> None:
+    dag = make(tmp_path, "TASK A /bin/true\nTASK B /bin/true\nTASK C /bin/true\n"
+                         "EDGE A B\nEDGE B C\n")
+    e = Engine(dag, done={dag.index["A"]})
+    assert e.recovered == 1 and e.ndone == 1
+    assert names(dag, drain(e)) == ["B"]
+
+
+def test_requeue_does_not_count_a_try(tmp_path: Path) -> None:
+    dag = make(tmp_path, "TASK A /bin/true\n")
+    e = Engine(dag, tries=1)
+    a = e.pop(1, 0)
+    e.requeue(a)
+    assert e.state[a] == State.READY and e.attempts[a] == 0
+    e.pop(1, 0)
+    assert e.complete(a, ok=False)[0] is Outcome.FAILED
+
+
+def test_hold_leaves_the_task_undone(tmp_path: Path) -> None:
+    dag = make(tmp_path, "TASK A --expected-runtime 100 /bin/true\n")
+    e = Engine(dag)
+    e.hold(e.pop(1, 0))
+    assert e.nheld == 1 and e.finished() and not e.succeeded()
+
+
+def test_invalid_tries(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        Engine(make(tmp_path, "TASK A /bin/true\n"), tries=0)
+
+
+def test_a_long_chain_runs_in_process(tmp_path: Path) -> None:
+    n = 200_000
+    lines = [f"TASK t{i} /bin/true\n" for i in range(n)]
+    lines += [f"EDGE t{i} t{i + 1}\n" for i in range(n - 1)]
+    dag = make(tmp_path, "".join(lines))
+    e = Engine(dag)
+    count = 0
+    while e.nready:
+        t = e.pop(1, 0)
+        e.complete(t, ok=True)
+        count += 1
+    assert count == n and e.succeeded()

@@ -1,0 +1,67 @@
+"""The rescue log: format, replay, rewrite, torn records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pmc.dag import DAG, parse_dag
+from pmc.rescue import RescueLog, read_rescue
+
+
+def dag(tmp_path: Path) -> DAG:
+    p = tmp_path / "w.dag"
+    p.write_text("TASK A /bin/true\nTASK B /bin/true\nTASK C /bin/true\nTASK t1 /bin/true\n")
+    return parse_dag(str(p))
+
+
+def test_records_are_newline_first(tmp_path: Path) -> None:
+    d = dag(tmp_path)
+    path = tmp_path / "w.rescue"
+    log = RescueLog(str(path), d, set())
+    log.record(["A"])
+    log.record(["B", "C"])
+    log.close()
+    assert path.read_bytes() == b"\nDONE A\nDONE B\nDONE C"
+
+
+def test_new_log_starts_with_tasks_already_done(tmp_path: Path) -> None:
+    d = dag(tmp_path)
+    path = tmp_path / "w.rescue"
+    path.write_text("\nDONE C\nDONE A")
+    done, warnings = read_rescue(str(path), d)
+    assert done == {d.index["A"], d.index["C"]} and warnings == []
+    log = RescueLog(str(path), d, done)
+    log.record(["B"])
+    log.close()
+    assert path.read_bytes() == b"\nDONE A\nDONE C\nDONE B"
+    assert not list(tmp_path.glob("*.tmp.*"))
+
+
+def test_missing_log_means_nothing_done(tmp_path: Path) -> None:
+    assert read_rescue(str(tmp_path / "nope"), dag(tmp_path)) == (set(), [])
+
+
+def test_torn_last_record_is_ignored_with_a_warning(tmp_path: Path) -> None:
+    d = dag(tmp_path)
+    path = tmp_path / "w.rescue"
+    path.write_bytes(b"\nDONE A\nDONE B\nDON")
+    done, warnings = read_rescue(str(path), d)
+    assert done == {d.index["A"], d.index["B"]}
+    assert len(warnings) == 1 and "torn last record" in warnings[0] and ":4:" in warnings[0]
+
+
+def test_unknown_tasks_and_garbage_are_warnings_not_errors(tmp_path: Path) -> None:
+    d = dag(tmp_path)
+    path = tmp_path / "w.rescue"
+    path.write_bytes(b"\nDONE ghost\nhello world\n\xff\xfe\nDONE A\nDONE B")
+    done, warnings = read_rescue(str(path), d)
+    assert done == {d.index["A"], d.index["B"]}
+    assert any("unknown task 'ghost'" in w for w in warnings)
+    assert len(warnings) == 3
+
+
+def test_old_style_trailing_newline_records_are_read(tmp_path: Path) -> None:
+    d = dag(tmp_path)
+    path = tmp_path / "w.rescue"
+    path.write_text("DONE A\nDONE t1\n")
+    assert read_rescue(str(path), d)[0] == {d.index["A"], d.index["t1"]}

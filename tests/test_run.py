@@ -1,0 +1,272 @@
+"""End to end with real processes: embedded and under mpiexec, the same DAGs and checks."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import subprocess
+import sysconfig
+from pathlib import Path
+
+import pytest
+from conftest import DIAMOND, clean_env, pmc, pmc_mpi, write_dag
+
+CLUSTER_TASK = re.compile(
+    r'^\[cluster-task name=(\w+), start="[0-9T:.+-]+", duration=\d+\.\d{3}, status=(-?\d+), '
+    r'app="([^"]*)", hostname="[^"]+", slot=(\d+), cpus=(\d+), memory=(\d+)\]$', re.M)
+SUMMARY = re.compile(
+    r'^\[cluster-summary stat="(ok|failed)", tasks=(\d+), submitted=(\d+), succeeded=(\d+), '
+    r'failed=(\d+), extra=(\d+), start="[^"]+", duration=\d+\.\d{3}, pid=\d+, app="[^"]+", '
+    r'runtime=\d+\.\d{3}, slots=(\d+), cpus=(\d+)\]$', re.M)
+
+
+def rescue_records(path: Path) -> list[str]:
+    data = path.read_text()
+    assert data == "" or data.startswith("\n"), "records are newline-first"
+    return [line for line in data.split("\n") if line]
+
+
+def test_diamond(launch, diamond: Path) -> None:  # type: ignore[no-untyped-def]
+    r = launch([diamond.name], diamond.parent)
+    assert r.returncode == 0, r.stderr
+    for name in "ABCD":
+        assert f"I am {name}\n" in r.stdout
+    records = CLUSTER_TASK.findall(r.stdout)
+    assert sorted(rec[0] for rec in records) == ["A", "B", "C", "D"]
+    assert all(rec[1] == "0" and rec[2] == "/bin/echo" for rec in records)
+    m = SUMMARY.search(r.stdout)
+    assert m is not None and m.groups()[:6] == ("ok", "4", "4", "4", "0", "0")
+    done = rescue_records(diamond.parent / "diamond.dag.rescue")
+    assert sorted(done) == ["DONE A", "DONE B", "DONE C", "DONE D"]
+    assert done[0] == "DONE A" and done[-1] == "DONE D"
+    assert "Workflow finished successfully" in r.stderr
+    for line in ("Resource utilization (with master):", "Resource utilization (without master):",
+                 "Total runtime of tasks:", "Wall time:", "Makespan:", "Throughput:"):
+        assert f"[INFO] {line}" in r.stderr
+    leftovers = [p.name for p in diamond.parent.iterdir()
+                 if ".out." in p.name or ".err." in p.name]
+    assert leftovers == [], "per-worker files are merged and removed"
+
+
+def test_task_output_stays_grouped_per_worker(launch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    dag = write_dag(tmp_path / "w.dag", "".join(
+        f'TASK t{i} /bin/sh -c "echo start{i}; sleep 0.05; echo end{i}"\n' for i in range(8)))
+    r = launch([dag.name, "-o", "out.txt"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = (tmp_path / "out.txt").read_text().splitlines()
+    for i in range(8):
+        start = out.index(f"start{i}")
+        assert out[start + 1] == f"end{i}", "a task's lines are never split by another's"
+        assert out[start + 2].startswith(f"[cluster-task name=t{i},")
+
+
+def test_restart_reruns_only_what_is_not_done(launch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    log = tmp_path / "ran.txt"
+    dag = write_dag(tmp_path / "w.dag", f"""\
+TASK A /bin/sh -c "echo A >> {log}"
+TASK B /bin/sh -c "echo B >> {log}; test -e {tmp_path}/flag"
+TASK C /bin/sh -c "echo C >> {log}"
+TASK D /bin/sh -c "echo D >> {log}"
+EDGE A B
+EDGE A C
+EDGE B D
+EDGE C D
+""")
+    r = launch([dag.name], tmp_path)
+    assert r.returncode == 1
+    assert "Task B failed" in r.stderr and "exit code 1" in r.stderr
+    assert sorted(rescue_records(tmp_path / "w.dag.rescue")) == ["DONE A", "DONE C"]
+    assert sorted(log.read_text().split()) == ["A", "B", "C"]
+    m = SUMMARY.search(r.stdout)
+    assert m is not None and m.group(1) == "failed" and m.group(5) == "1"
+    # The failed run leaves the per-worker output unmerged for inspection.
+    assert list(tmp_path.glob("w.dag.out.*"))
+
+    (tmp_path / "flag").touch()
+    log.unlink()
+    r = launch([dag.name], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert sorted(log.read_text().split()) == ["B", "D"]
+    assert sorted(rescue_records(tmp_path / "w.dag.rescue")) == [
+        "DONE A", "DONE B", "DONE C", "DONE D"]
+    assert "Recovered 2 finished task(s)" in r.stderr
+
+
+def test_skip_rescue_runs_everything_again(tmp_path: Path) -> None:
+    dag = write_dag(tmp_path / "d.dag", DIAMOND)
+    assert pmc(["run", dag.name], tmp_path).returncode == 0
+    r = pmc(["run", "-s", dag.name], tmp_path)
+    assert r.returncode == 0
+    assert len(CLUSTER_TASK.findall(r.stdout)) == 4
+
+
+def test_custom_rescue_path(tmp_path: Path) -> None:
+    dag = write_dag(tmp_path / "d.dag", DIAMOND)
+    r = pmc(["run", "-r", "elsewhere.log", dag.name], tmp_path)
+    assert r.returncode == 0
+    assert len(rescue_records(tmp_path / "elsewhere.log")) == 4
+    assert not (tmp_path / "d.dag.rescue").exists()
+
+
+def test_locked_dag_is_refused_at_once(tmp_path: Path) -> None:
+    dag = write_dag(tmp_path / "d.dag", DIAMOND)
+    with open(dag) as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        r = pmc(["run", dag.name], tmp_path)
+        assert r.returncode == 1
+        assert "locked by another run" in r.stderr
+        assert not (tmp_path / "d.dag.rescue").exists()
+        r = pmc(["run", "--nolock", dag.name], tmp_path)
+        assert r.returncode == 0, r.stderr
+
+
+def test_missing_and_non_executable_programs_are_task_failures(launch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    noexec = tmp_path / "script.sh"
+    noexec.write_text("#!/bin/sh\necho hi\n")
+    dag = write_dag(tmp_path / "w.dag",
+                    f"TASK gone /no/such/program arg\nTASK noexec {noexec}\nTASK ok /bin/true\n")
+    r = launch([dag.name], tmp_path)
+    assert r.returncode == 1
+    assert "Task gone failed: cannot run '/no/such/program': No such file or directory" in r.stderr
+    assert "Task noexec failed: cannot run" in r.stderr and "Permission denied" in r.stderr
+    assert rescue_records(tmp_path / "w.dag.rescue") == ["DONE ok"]
+    assert "Traceback" not in r.stderr
+
+
+def test_task_environment(launch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    dag = write_dag(tmp_path / "w.dag", "TASK envtask -m 7 -c 1 /usr/bin/env\n")
+    r = launch([dag.name, "--host-memory", "100"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    env = dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line
+               and not line.startswith("["))
+    assert env["PMC_TASK"] == "envtask"
+    assert env["PMC_MEMORY"] == "7"
+    assert env["PMC_CPUS"] == "1"
+    assert int(env["PMC_RANK"]) >= 1
+    assert env["PMC_HOST_RANK"].isdigit()
+    assert "PMC_AFFINITY" not in env
+
+
+def test_quoted_arguments_reach_the_program_literally(tmp_path: Path) -> None:
+    dag = write_dag(tmp_path / "w.dag",
+                    "TASK A /usr/bin/printf '%s|' 'a < b || c > d' foo 'bar baz' $HOME\n")
+    r = pmc(["run", dag.name], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "a < b || c > d|foo|bar baz|$HOME|" in r.stdout
+
+
+def test_stdout_and_stderr_files_are_appended_never_truncated(tmp_path: Path) -> None:
+    dag = write_dag(tmp_path / "w.dag", 'TASK A /bin/sh -c "echo out; echo err >&2"\n')
+    (tmp_path / "o.txt").write_text("before\n")
+    (tmp_path / "e.txt").write_text("before\n")
+    r = pmc(["run", "-o", "o.txt", "-e", "e.txt", dag.name], tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = (tmp_path / "o.txt").read_text()
+    assert out.startswith("before\nout\n[cluster-task name=A,")
+    assert (tmp_path / "e.txt").read_text() == "before\nerr\n"
+    assert "[cluster-summary" in r.stdout
+
+
+def test_max_failures_stops_new_tasks(tmp_path: Path) -> None:
+    dag = write_dag(tmp_path / "w.dag", "".join(f"TASK f{i} /bin/false\n" for i in range(10)))
+    r = pmc(["run", "--workers", "1", "-m", "2", dag.name], tmp_path)
+    assert r.returncode == 1
+    assert "Maximum number of failures (2) reached" in r.stderr
+    m = SUMMARY.search(r.stdout)
+    assert m is not None and m.group(5) == "2" and m.group(3) == "2"
+
+
+def test_tries_retry_a_task(tmp_path: Path) -> None:
+    counter = tmp_path / "count"
+    dag = write_dag(tmp_path / "w.dag",
+                    f'TASK A /bin/sh -c "echo x >> {counter}; test $(wc -l < {counter}) -ge 3"\n')
+    r = pmc(["run", "-t", "3", dag.name], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert counter.read_text().count("x") == 3
+    assert "try 1 of 3" in r.stderr and "retrying" in r.stderr
+    m = SUMMARY.search(r.stdout)
+    assert m is not None and m.group(6) == "2"  # extra tries
+
+
+def test_task_too_big_for_any_host_aborts_before_start(tmp_path: Path) -> None:
+    dag = write_dag(tmp_path / "w.dag", "TASK small /bin/true\nTASK huge -c 64 /bin/true\n")
+    r = pmc(["run", "--host-cpus", "4", dag.name], tmp_path)
+    assert r.returncode == 1
+    assert "FATAL ERROR: No host is capable of running task huge" in r.stderr
+    assert not (tmp_path / "w.dag.rescue").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.dag"]
+
+
+def test_bad_dag_writes_nothing(tmp_path: Path) -> None:
+    dag = write_dag(tmp_path / "w.dag", "TASK A /bin/true\nEDGE A B\n")
+    r = pmc(["run", dag.name], tmp_path)
+    assert r.returncode == 2
+    assert "w.dag:2" in r.stderr and "Traceback" not in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.dag"]
+
+
+def test_resource_limits_serialise_tasks(tmp_path: Path) -> None:
+    # Two workers, but each task needs both cpus of the host: they must not overlap.
+    dag = write_dag(tmp_path / "w.dag", "".join(
+        f'TASK t{i} -c 2 /bin/sh -c "mkdir {tmp_path}/busy && sleep 0.1 && rmdir {tmp_path}/busy"\n'
+        for i in range(4)))
+    r = pmc(["run", "--workers", "2", "--host-cpus", "2", dag.name], tmp_path)
+    assert r.returncode == 0, r.stderr
+
+
+def test_mpi_with_one_rank_needs_a_worker(tmp_path: Path) -> None:
+    dag = write_dag(tmp_path / "d.dag", DIAMOND)
+    r = pmc_mpi(1, ["run", dag.name], tmp_path)
+    assert r.returncode != 0
+    assert "At least one worker process is required" in r.stderr
+
+
+def test_log_levels(tmp_path: Path) -> None:
+    dag = write_dag(tmp_path / "d.dag", DIAMOND)
+    quiet = pmc(["run", "-q", dag.name], tmp_path)
+    assert quiet.returncode == 0 and "[INFO]" not in quiet.stderr
+    verbose = pmc(["run", "-s", "-v", dag.name], tmp_path)
+    assert "[DEBUG]" in verbose.stderr
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    dag = write_dag(tmp_path / "d.dag", DIAMOND)
+    for args in (["run", "-t", "0", dag.name], ["run", "--max-wall-time", "abc", dag.name],
+                 ["run", "--bogus", dag.name], ["run"], ["run", "--maxfds", "0", dag.name],
+                 ["run", "--maxfds", "99999999", dag.name]):
+        r = pmc(args, tmp_path)
+        assert r.returncode == 2, args
+        assert "Traceback" not in r.stderr
+    r = pmc(["run", dag.name], tmp_path, env=clean_env(PMC_HOST_CPUS="many"))
+    assert r.returncode == 2 and "PMC_HOST_CPUS" in r.stderr
+
+
+def test_pegasus_mpi_cluster_command(tmp_path: Path) -> None:
+    exe = Path(sysconfig.get_path("scripts")) / "pegasus-mpi-cluster"
+    if not exe.exists():
+        pytest.skip("console scripts not installed")
+    dag = write_dag(tmp_path / "d.dag", DIAMOND)
+    v = subprocess.run([str(exe), "-V"], capture_output=True, text=True, env=clean_env())
+    assert v.returncode == 0 and "pegasus-mpi-cluster" in v.stdout
+    r = subprocess.run([str(exe), "-s", "--workers", "2", dag.name], cwd=tmp_path,
+                       capture_output=True, text=True, env=clean_env(), timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert len(rescue_records(tmp_path / "d.dag.rescue")) == 4
+    h = subprocess.run([str(exe), "-h"], capture_output=True, text=True, env=clean_env())
+    for opt in ("--skip-rescue", "--max-failures", "--tries", "--nolock", "--rescue",
+                "--host-script", "--host-memory", "--host-cpus", "--strict-limits",
+                "--max-wall-time", "--per-task-stdio", "--jobstate-log", "--monitord-hack",
+                "--no-resource-log", "--no-sleep-on-recv", "--maxfds", "--keep-affinity",
+                "--set-affinity"):
+        assert opt in h.stdout
+
+
+def test_umask_is_respected(tmp_path: Path) -> None:
+    dag = write_dag(tmp_path / "d.dag", DIAMOND)
+    r = subprocess.run(["/bin/sh", "-c", f"umask 077 && exec {os.sys.executable} -m pmc run "
+                        f"-o out.txt {dag.name}"], cwd=tmp_path, env=clean_env(),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    for name in ("d.dag.rescue", "out.txt", "d.dag.resource"):
+        assert (tmp_path / name).stat().st_mode & 0o077 == 0, name
