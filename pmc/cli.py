@@ -184,10 +184,25 @@ def options_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> R
 
 def cmd_run(p: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     opts = options_from_args(p, args)
-    log.setup(opts.log_level)
+    from pmc.observe import setup_logging
+
+    setup_logging(opts)
     from pmc.run import run
 
     return run(opts)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from pmc.status import main as status_main
+
+    return status_main(args.dag, args.rescue)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from pmc.report import main as report_main
+
+    return report_main(args.eventlog, plot=args.plot, bin_width=args.bin, top=args.top,
+                       run=args.run)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -198,6 +213,28 @@ def build_parser() -> argparse.ArgumentParser:
                            description="Run a PMC DAG, under MPI or embedded.")
     add_run_options(run_p)
     run_p.set_defaults(func=lambda a: cmd_run(run_p, a))
+    status_p = sub.add_parser(
+        "status", help="progress of a running or finished workflow",
+        description="Done / running / failed / remaining tasks of a workflow, from its "
+        "status snapshot (DAG.status.json), rescue log and jobstate.log. Exit code: 0 "
+        "finished ok, 1 finished failed, 3 incomplete.")
+    status_p.add_argument("dag", metavar="workflow.dag", help="the DAG file")
+    status_p.add_argument("-r", "--rescue", metavar="PATH",
+                          help="rescue log (default DAG.rescue)")
+    status_p.set_defaults(func=cmd_status)
+    report_p = sub.add_parser(
+        "report", help="TTX, utilisation, throughput and concurrency from a JSON event log",
+        description="Summarise a run from its --log-format json event log.")
+    report_p.add_argument("eventlog", metavar="EVENTLOG", help="the JSON event log")
+    report_p.add_argument("--plot", metavar="PNG",
+                          help="also plot concurrency and throughput over time (matplotlib)")
+    report_p.add_argument("--bin", metavar="SECONDS", type=float,
+                          help="width of the time bins (default: about 20 bins)")
+    report_p.add_argument("--top", metavar="N", type=_positive_int, default=10,
+                          help="how many slowest tasks to list (default 10)")
+    report_p.add_argument("--run", metavar="K", type=int,
+                          help="which run in a log of several (1 = first, default: last)")
+    report_p.set_defaults(func=cmd_report)
     try:
         from pmc.adapters.cli import add_commands
     except ImportError:

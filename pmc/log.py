@@ -1,29 +1,45 @@
-"""PMC's log levels and the ``[LEVEL] message`` lines users grep for, on stderr.
+"""PMC's log levels and the ``[LEVEL] message`` lines users grep for.
 
-Configured once by the command-line entry (``setup``), never at import. Other outputs of
-the same events (JSON lines, metrics) hang off the master's observers, not this module.
+Configured once by the command-line entry (``setup``, or ``pmc.observe.setup_logging``
+which also handles ``--log-format`` / ``--log-file``), never at import. In text mode a
+message is written as ``[LEVEL] message`` to the configured stream (stderr by default);
+in JSON mode ``pmc.observe`` installs a structured sink and the same messages become JSON
+objects with "level" and "event". Task events (JSON lines, metrics) hang off the master's
+observers, not this module.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import TextIO
+from collections.abc import Callable
+from typing import Protocol
+
+
+class Stream(Protocol):
+    def write(self, text: str, /) -> int: ...
+
+    def flush(self) -> None: ...
+
 
 FATAL, ERROR, WARN, INFO, DEBUG, TRACE = range(6)
 NAMES = ("FATAL", "ERROR", "WARN", "INFO", "DEBUG", "TRACE")
 
 _level = INFO
-_stream: TextIO | None = None
+_stream: Stream | None = None
 _prefix = ""
+# JSON mode: every message goes here instead of the text line (level, message).
+_sink: Callable[[int, str], None] | None = None
 
 
-def setup(level: int = INFO, stream: TextIO | None = None, prefix: str = "") -> None:
-    """Set the threshold (clamped to FATAL..TRACE), the stream and a prefix such as the
-    worker's rank."""
-    global _level, _stream, _prefix
+def setup(level: int = INFO, stream: Stream | None = None, prefix: str = "",
+          sink: Callable[[int, str], None] | None = None) -> None:
+    """Set the threshold (clamped to FATAL..TRACE), the stream, a prefix such as the
+    worker's rank, and optionally a structured sink that replaces the text lines."""
+    global _level, _stream, _prefix, _sink
     _level = max(FATAL, min(TRACE, level))
     _stream = stream
     _prefix = prefix
+    _sink = sink
 
 
 def level() -> int:
@@ -34,12 +50,20 @@ def enabled(lvl: int) -> bool:
     return lvl <= _level
 
 
+def stream() -> Stream:
+    """Where text lines go now."""
+    return _stream or sys.stderr
+
+
 def log(lvl: int, msg: str) -> None:
     if lvl <= _level:
-        stream = _stream or sys.stderr
+        if _sink is not None:
+            _sink(lvl, f"{_prefix}{msg}")
+            return
+        out = _stream or sys.stderr
         try:
-            stream.write(f"[{NAMES[lvl]}] {_prefix}{msg}\n")
-            stream.flush()
+            out.write(f"[{NAMES[lvl]}] {_prefix}{msg}\n")
+            out.flush()
         except (OSError, ValueError):
             pass  # a closed stderr must not take the run down
 

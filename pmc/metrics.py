@@ -1,0 +1,304 @@
+"""Prometheus metrics: every metric name pmc exports is defined here, and its exporters.
+
+The numbers come from ``pmc.observe.Tally`` (the counting observer) and are turned into
+metric families only when someone collects them — a scrape, a textfile write, a push —
+so the master's loop pays nothing per task beyond the tally's attribute updates. The
+registry is private (never prometheus_client's global one).
+
+Three ways out, any combination:
+- HTTP endpoint on the master (``--metrics-port``, ``--metrics-bind``; port 0 picks a
+  free port and the URL is logged at INFO). With ``PMC_METRICS_LINGER=SECONDS`` the
+  endpoint stays up after the workflow ends until one scrape has seen the final numbers
+  or the time is up, so a scraper does not miss the end of a short job.
+- node_exporter textfile (``--metrics-textfile``), replaced atomically (tmp + rename)
+  every few seconds and once more at the end.
+- Pushgateway (``--metrics-pushgateway URL``): pushed every few seconds and once more at
+  the end, so a short job's numbers are not lost.
+
+No metric carries a task's command line or environment: labels are the DAG's file name,
+the site, the mode, host names and outcomes.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, make_wsgi_app, push_to_gateway
+from prometheus_client.exposition import ThreadingWSGIServer, write_to_textfile
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from pmc import log
+from pmc.events import Observer, Summary
+from pmc.observe import DURATION_BUCKETS, Tally
+from pmc.options import RunOptions
+
+OUTCOMES = ("succeeded", "failed", "retry", "stopped")
+TEXTFILE_EVERY = 5.0  # seconds
+PUSH_EVERY = 15.0  # seconds
+PUSH_TIMEOUT = 10.0  # seconds, per push
+LINGER_ENV = "PMC_METRICS_LINGER"
+
+
+class PmcCollector(Collector):
+    """Builds pmc's metric families from a Tally at collection time."""
+
+    def __init__(self, tally: Tally) -> None:
+        self.tally = tally
+
+    def collect(self) -> Iterator[Metric]:
+        t = self.tally
+        info = t.info
+        dag = os.path.basename(t.dag)
+        running_now = 1 if info is not None and t.summary is None else 0
+
+        wf = GaugeMetricFamily("pmc_workflow_info", "The workflow this pmc master runs "
+                               "(value 1)", labels=["dag", "site", "mode"])
+        wf.add_metric([dag, t.site, info.mode if info else ""], 1)
+        yield wf
+        yield GaugeMetricFamily("pmc_workflow_running",
+                                "1 while the workflow runs, 0 once it has ended",
+                                value=running_now)
+        yield GaugeMetricFamily("pmc_workflow_start_time_seconds",
+                                "When the run started, Unix time", value=t.start)
+        yield GaugeMetricFamily("pmc_workflow_wall_seconds",
+                                "Wall time of the run so far (final at the end)",
+                                value=t.wall())
+        yield GaugeMetricFamily("pmc_workflow_tasks", "Tasks in the DAG",
+                                value=info.tasks if info else 0)
+        yield GaugeMetricFamily("pmc_workflow_recovered_tasks",
+                                "Tasks already done according to the rescue log",
+                                value=info.recovered if info else 0)
+        if t.summary is not None:
+            code = {"succeeded": 0, "failed": 1, "incomplete": 3}.get(t.summary.outcome, 1)
+            yield GaugeMetricFamily("pmc_workflow_exit_code",
+                                    "Exit code of the run (0 ok, 1 failed, 3 incomplete); "
+                                    "absent while it runs", value=code)
+
+        tasks = CounterMetricFamily("pmc_tasks", "Task tries that ended, by outcome "
+                                    "(succeeded, failed, retry, stopped)",
+                                    labels=["outcome"])
+        for outcome, n in zip(OUTCOMES, (t.succeeded, t.failed, t.retried, t.stopped),
+                              strict=True):
+            tasks.add_metric([outcome], n)
+        yield tasks
+        yield CounterMetricFamily("pmc_tasks_dispatched", "Task tries sent to workers",
+                                  value=t.dispatched_n)
+        yield GaugeMetricFamily("pmc_tasks_running", "Tasks running now",
+                                value=len(t.running))
+        yield GaugeMetricFamily("pmc_tasks_ready", "Tasks ready and waiting for a slot",
+                                value=t.ready_now)
+        yield GaugeMetricFamily("pmc_tasks_held", "Tasks held back (not enough wall time "
+                                "left for their expected runtime)", value=t.held_n)
+
+        cumulative: list[tuple[str, float]] = []
+        total = 0
+        for bound, n in zip(DURATION_BUCKETS, t.buckets, strict=False):
+            total += n
+            cumulative.append((_le(bound), total))
+        total += t.buckets[-1]
+        cumulative.append(("+Inf", total))
+        yield HistogramMetricFamily("pmc_task_duration_seconds",
+                                    "Wall time of task tries, failed ones included",
+                                    buckets=cumulative, sum_value=t.runtime)
+        yield CounterMetricFamily("pmc_task_cpu_seconds", "User + system CPU time of task "
+                                  "tries", value=t.cpu_time)
+        yield CounterMetricFamily("pmc_forwarded_bytes", "Bytes of task output forwarded "
+                                  "to the master's files (-f / -F)", value=t.forwarded)
+
+        slots = t.slots
+        yield GaugeMetricFamily("pmc_slots", "Task slots of all workers", value=slots)
+        yield GaugeMetricFamily("pmc_slots_busy", "Task slots running a task",
+                                value=len(t.running))
+        yield GaugeMetricFamily("pmc_cpus", "Cpus of all hosts",
+                                value=info.cpus if info else 0)
+        yield GaugeMetricFamily("pmc_cpus_busy", "Cpus requested by running tasks",
+                                value=t.cpus_busy)
+        yield GaugeMetricFamily("pmc_workers", "Worker ranks",
+                                value=info.workers if info else 0)
+        yield GaugeMetricFamily(
+            "pmc_resource_utilization",
+            "Summed task runtime / (wall time x slots), as in the end-of-run log line",
+            value=t.utilization())
+
+        host_rt = CounterMetricFamily("pmc_host_task_seconds", "Summed task runtime per "
+                                      "host", labels=["host"])
+        for host, secs in t.host_runtime.copy().items():
+            host_rt.add_metric([host], secs)
+        yield host_rt
+        host_slots = GaugeMetricFamily("pmc_host_slots", "Task slots per host",
+                                       labels=["host"])
+        for host, n in t.host_slots.copy().items():
+            host_slots.add_metric([host], n)
+        yield host_slots
+
+
+def _le(bound: float) -> str:
+    return repr(float(bound))
+
+
+def metric_names(registry: CollectorRegistry) -> set[str]:
+    """Every family and sample name the registry exposes (counters with ``_total``,
+    histograms with ``_bucket``/``_sum``/``_count``)."""
+    names: set[str] = set()
+    for fam in registry.collect():
+        names.add(fam.name)
+        names.update(s.name for s in fam.samples)
+    return names
+
+
+def make_registry(tally: Tally) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(PmcCollector(tally))
+    return registry
+
+
+class _SilentHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # no per-scrape lines on the master's stderr
+
+
+class _V6Server(ThreadingWSGIServer):
+    address_family = socket.AF_INET6
+
+
+class _Notify:
+    """Response body whose close() — called by wsgiref after the body was sent — tells the
+    master that a scrape saw the final numbers."""
+
+    def __init__(self, body: Iterable[bytes], done: Callable[[], None]) -> None:
+        self.body = body
+        self.done = done
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self.body)
+
+    def close(self) -> None:
+        self.done()
+
+
+class MetricsExport(Observer):
+    """Serves, writes and pushes the metrics of one run."""
+
+    def __init__(self, opts: RunOptions, tally: Tally) -> None:
+        self.tally = tally
+        self.registry = make_registry(tally)
+        self.textfile = opts.metrics_textfile
+        self.gateway = opts.metrics_pushgateway
+        self.grouping = {"workflow": os.path.basename(opts.dag) or "dag",
+                         "instance": socket.gethostname()}
+        self.linger = _linger_seconds()
+        self.final_scraped = threading.Event()
+        self.server: WSGIServer | None = None
+        self.url = ""
+        self.stop = threading.Event()
+        self.thread: threading.Thread | None = None
+        if opts.metrics_port is not None:
+            self._serve(opts.metrics_bind, opts.metrics_port)
+        if self.textfile or self.gateway:
+            self.thread = threading.Thread(target=self._periodic, name="pmc-metrics",
+                                           daemon=True)
+            self.thread.start()
+
+    # -- HTTP --------------------------------------------------------------------------
+
+    def _serve(self, bind: str, port: int) -> None:
+        from pmc.master import FatalError
+
+        inner = make_wsgi_app(self.registry)
+
+        def app(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+            body: Iterable[bytes] = inner(environ, start_response)
+            if self.tally.summary is not None:
+                return _Notify(body, self.final_scraped.set)
+            return body
+
+        server_class = _V6Server if ":" in bind else ThreadingWSGIServer
+        try:
+            self.server = make_server(bind, port, app, server_class,
+                                      handler_class=_SilentHandler)
+        except OSError as e:
+            raise FatalError(f"Cannot serve metrics on {bind}:{port}: {e.strerror or e}") \
+                from e
+        actual = self.server.server_port
+        host = f"[{bind}]" if ":" in bind else bind
+        self.url = f"http://{host}:{actual}/metrics"
+        threading.Thread(target=self.server.serve_forever, args=(0.1,), name="pmc-metrics-http",
+                         daemon=True).start()
+        log.info(f"Metrics: serving {self.url}")
+
+    # -- textfile and Pushgateway ------------------------------------------------------
+
+    def _periodic(self) -> None:
+        next_push = time.monotonic() + PUSH_EVERY
+        while not self.stop.wait(TEXTFILE_EVERY):
+            self._write_textfile()
+            if self.gateway and time.monotonic() >= next_push:
+                next_push = time.monotonic() + PUSH_EVERY
+                self._push()
+
+    def _write_textfile(self) -> None:
+        if not self.textfile:
+            return
+        try:
+            # Written to PATH.<pid>.<thread> beside it, then renamed: readers never see a
+            # half-written file.
+            write_to_textfile(self.textfile, self.registry)
+        except OSError as e:
+            log.warn(f"Cannot write metrics textfile {self.textfile}: {e}")
+
+    def _push(self) -> None:
+        assert self.gateway is not None
+        try:
+            push_to_gateway(self.gateway, job="pmc", registry=self.registry,
+                            grouping_key=self.grouping, timeout=PUSH_TIMEOUT)
+        except Exception as e:
+            log.warn(f"Cannot push metrics to {self.gateway}: {e}")
+
+    # -- the end -----------------------------------------------------------------------
+
+    def finished(self, summary: Summary) -> None:
+        self._stop_thread()
+        self._write_textfile()
+        if self.gateway:
+            self._push()
+        if self.server is not None and self.linger > 0:
+            log.info(f"Metrics: waiting up to {self.linger:g} s for a final scrape of "
+                     f"{self.url}")
+            self.final_scraped.wait(self.linger)
+
+    def _stop_thread(self) -> None:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join()
+            self.thread = None
+
+    def close(self) -> None:
+        self._stop_thread()
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+
+
+def _linger_seconds() -> float:
+    text = os.environ.get(LINGER_ENV, "")
+    if not text:
+        return 0.0
+    try:
+        value = float(text)
+    except ValueError:
+        log.warn(f"Ignoring {LINGER_ENV}={text!r}: not a number of seconds")
+        return 0.0
+    return max(0.0, value)

@@ -1,0 +1,312 @@
+"""``pmc report EVENTLOG``: what a run did, from its JSON event log (``--log-format json``).
+
+Figures (definitions as in the RADICAL-Pilot paper and PMC's end-of-run lines):
+- TTX, time to execution: the run's wall time (the ``workflow.finished`` event's "wall";
+  for a run that never finished, from its start to the last task's end).
+- RU, resource utilisation: summed runtime of all task tries, failed ones included,
+  divided by TTX x slots — the "Resource utilization (without master)" line.
+- Throughput over time: task tries that ended in each time bin, per second.
+- Concurrency over time: tasks running, averaged over each time bin (exact, from each
+  try's start and duration), and its maximum.
+- Slowest tries, failed tries, and per-host utilisation (runtime / (TTX x host slots)).
+
+Plain text by default; ``--plot out.png`` also draws concurrency and throughput over time
+with matplotlib (the optional ``plot`` extra).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+EXIT_OK, EXIT_USAGE = 0, 2
+TERMINAL = ("task.finished", "task.failed")
+
+
+class ReportError(Exception):
+    """The log cannot be reported on; the message says why and where."""
+
+
+@dataclass
+class Try:
+    task: str
+    attempt: int
+    host: str
+    rank: int
+    start: float
+    duration: float
+    status: int
+    outcome: str
+    cpu_time: float = 0.0
+    max_rss_kb: int = 0
+    error: str | None = None
+
+    @property
+    def end(self) -> float:
+        return self.start + self.duration
+
+
+@dataclass
+class Run:
+    start: float
+    dag: str = ""
+    slots: int = 0
+    tasks: int = 0
+    recovered: int = 0
+    tries: list[Try] = field(default_factory=list)
+    host_slots: dict[str, int] = field(default_factory=dict)
+    finished: dict[str, Any] | None = None
+
+
+def read_runs(path: str) -> list[Run]:
+    """The runs in an event log, in order (a resumed workflow appends a run per start)."""
+    runs: list[Run] = []
+    try:
+        f = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115
+    except OSError as e:
+        raise ReportError(f"{path}: {e.strerror or e}") from e
+    with f:
+        for lineno, line in enumerate(f, 1):
+            line = line.strip()
+            if not line.startswith("{"):
+                continue  # text lines of worker ranks, blank lines
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue  # a torn last line of a killed run
+            if not isinstance(ev, dict):
+                continue
+            name = ev.get("event")
+            if name == "workflow.started":
+                runs.append(Run(start=float(ev.get("start") or ev.get("timestamp") or 0.0),
+                                dag=str(ev.get("dag", "")), slots=int(ev.get("slots", 0)),
+                                tasks=int(ev.get("tasks", 0)),
+                                recovered=int(ev.get("recovered", 0))))
+                continue
+            if not runs:
+                if name in TERMINAL:
+                    raise ReportError(f"{path}:{lineno}: task event before any "
+                                      "workflow.started event")
+                continue
+            run = runs[-1]
+            if name in TERMINAL:
+                try:
+                    run.tries.append(Try(
+                        task=str(ev["task"]), attempt=int(ev.get("try", 1)),
+                        host=str(ev.get("host", "")), rank=int(ev.get("rank", -1)),
+                        start=float(ev["start"]), duration=float(ev["duration"]),
+                        status=int(ev.get("status", 0)),
+                        outcome=str(ev.get("outcome", "succeeded" if name == "task.finished"
+                                           else "failed")),
+                        cpu_time=float(ev.get("cpu_time") or 0.0),
+                        max_rss_kb=int(ev.get("max_rss_kb") or 0), error=ev.get("error")))
+                except (KeyError, TypeError, ValueError) as e:
+                    raise ReportError(f"{path}:{lineno}: {name} event without a usable "
+                                      f"{e}") from None
+            elif name == "host":
+                run.host_slots[str(ev.get("host", ""))] = int(ev.get("slots", 0))
+            elif name == "workflow.finished":
+                run.finished = ev
+    return runs
+
+
+@dataclass
+class Figures:
+    ttx: float
+    runtime: float
+    slots: int
+    ru: float
+    tries: int
+    succeeded: int
+    failed_tries: int
+    throughput: float  # ended tries per second over TTX
+    max_concurrency: int
+    mean_concurrency: float
+    bin_width: float
+    bins: list[tuple[float, int, float]]  # (bin start offset, tries ended, mean running)
+    per_host: list[tuple[str, int, float, int, float]]  # host, tries, runtime, slots, util
+
+
+def _nice_width(span: float, target_bins: int = 20) -> float:
+    """A round bin width (1, 2, 5 x 10^k seconds) giving about ``target_bins`` bins."""
+    if span <= 0:
+        return 1.0
+    raw = span / target_bins
+    exp = math.floor(math.log10(raw))
+    for m in (1, 2, 5, 10):
+        w = m * 10.0 ** exp
+        if w >= raw:
+            return w
+    return 10.0 ** (exp + 1)
+
+
+def compute(run: Run, bin_width: float | None = None) -> Figures:
+    tries = run.tries
+    if run.finished is not None and "wall" in run.finished:
+        ttx = float(run.finished["wall"])
+    else:
+        ttx = max((t.end for t in tries), default=run.start) - run.start
+    slots = run.slots
+    if run.finished is not None and run.finished.get("slots"):
+        slots = int(run.finished["slots"])
+    runtime = sum(t.duration for t in tries)
+    ru = runtime / (ttx * slots) if ttx > 0 and slots > 0 else 0.0
+    span = max(ttx, max((t.end - run.start for t in tries), default=0.0))
+    width = bin_width if bin_width and bin_width > 0 else _nice_width(span)
+    nbins = max(1, math.ceil(span / width - 1e-9))
+    ended = [0] * nbins
+    busy = [0.0] * nbins  # task-seconds inside each bin
+    for t in tries:
+        s = t.start - run.start
+        e = t.end - run.start
+        i = min(nbins - 1, max(0, int(e // width)))
+        ended[i] += 1
+        b = max(0, int(s // width))
+        while b < nbins and b * width < e:
+            lo = max(s, b * width)
+            hi = min(e, (b + 1) * width)
+            if hi > lo:
+                busy[b] += hi - lo
+            b += 1
+    bins = [(i * width, ended[i], busy[i] / width) for i in range(nbins)]
+    # Maximum concurrency: sweep over starts (+1) and ends (-1); an end at the same
+    # instant as a start frees the slot first.
+    points = sorted([(t.start, 1) for t in tries] + [(t.end, -1) for t in tries],
+                    key=lambda p: (p[0], p[1]))
+    cur = peak = 0
+    for _when, delta in points:
+        cur += delta
+        peak = max(peak, cur)
+    hosts: dict[str, tuple[int, float]] = {}
+    for t in tries:
+        n, secs = hosts.get(t.host, (0, 0.0))
+        hosts[t.host] = (n + 1, secs + t.duration)
+    per_host = []
+    for host in sorted(set(hosts) | set(run.host_slots)):
+        n, secs = hosts.get(host, (0, 0.0))
+        hslots = run.host_slots.get(host, 0)
+        util = secs / (ttx * hslots) if ttx > 0 and hslots > 0 else 0.0
+        per_host.append((host, n, secs, hslots, util))
+    succeeded = sum(1 for t in tries if t.outcome == "succeeded")
+    return Figures(
+        ttx=ttx, runtime=runtime, slots=slots, ru=ru, tries=len(tries),
+        succeeded=succeeded, failed_tries=len(tries) - succeeded,
+        throughput=len(tries) / ttx if ttx > 0 else 0.0, max_concurrency=peak,
+        mean_concurrency=runtime / ttx if ttx > 0 else 0.0, bin_width=width, bins=bins,
+        per_host=per_host)
+
+
+def render(run: Run, fig: Figures, top: int = 10) -> str:
+    out: list[str] = []
+    w = out.append
+    w(f"Workflow: {run.dag or '?'}")
+    state = "finished" if run.finished is not None else "did not finish (no end event)"
+    if run.finished is not None:
+        state = f"{run.finished.get('outcome', 'finished')}"
+    w(f"Outcome: {state}")
+    w(f"Tasks in DAG: {run.tasks} ({run.recovered} done before this run)")
+    w(f"Task tries: {fig.tries} ({fig.succeeded} succeeded, {fig.failed_tries} failed)")
+    w(f"TTX (time to execution): {fig.ttx:.3f} s")
+    w(f"Summed task runtime: {fig.runtime:.3f} s")
+    w(f"Slots: {fig.slots}")
+    w(f"RU (resource utilisation): {fig.ru:.3f}")
+    w(f"Throughput: {fig.throughput:.3f} tasks/s")
+    w(f"Concurrency: max {fig.max_concurrency}, mean {fig.mean_concurrency:.3f}")
+    w("")
+    w(f"Over time (bins of {fig.bin_width:g} s from the start):")
+    w(f"  {'from_s':>10} {'ended':>7} {'tasks/s':>9} {'running':>8}")
+    for start, n, running in fig.bins:
+        w(f"  {start:10.3f} {n:7d} {n / fig.bin_width:9.3f} {running:8.3f}")
+    w("")
+    w("Per host:")
+    w(f"  {'host':<20} {'tries':>7} {'runtime_s':>10} {'slots':>6} {'util':>6}")
+    for host, n, secs, hslots, util in fig.per_host:
+        w(f"  {host:<20} {n:7d} {secs:10.3f} {hslots:6d} {util:6.3f}")
+    w("")
+    slow = sorted(run.tries, key=lambda t: (-t.duration, t.start))[:top]
+    w(f"Slowest tries (top {len(slow)}):")
+    for t in slow:
+        w(f"  {t.task} try {t.attempt}: {t.duration:.3f} s on {t.host or '?'} "
+          f"(status {t.status})")
+    failed = [t for t in run.tries if t.outcome != "succeeded"]
+    w("")
+    w(f"Failed tries: {len(failed)}")
+    for t in failed:
+        why = f": {t.error}" if t.error else ""
+        w(f"  {t.task} try {t.attempt}: status {t.status}, {t.outcome}{why}")
+    return "\n".join(out) + "\n"
+
+
+def write_plot(run: Run, fig: Figures, path: str) -> None:
+    """Concurrency (step line, exact) and throughput (bars per bin) over time."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: never needs a display
+    import matplotlib.pyplot as plt
+
+    points = sorted([(t.start - run.start, 1) for t in run.tries]
+                    + [(t.end - run.start, -1) for t in run.tries],
+                    key=lambda p: (p[0], p[1]))
+    xs, ys = [0.0], [0]
+    cur = 0
+    for when, delta in points:
+        cur += delta
+        xs.append(when)
+        ys.append(cur)
+    xs.append(max(fig.ttx, xs[-1]))
+    ys.append(cur)
+    figure, (ax1, ax2) = plt.subplots(2, 1, sharex=True, figsize=(9, 6))
+    ax1.step(xs, ys, where="post", color="tab:blue")
+    if fig.slots:
+        ax1.axhline(fig.slots, color="grey", linestyle="--", linewidth=1, label="slots")
+        ax1.legend(loc="upper right")
+    ax1.set_ylabel("tasks running")
+    ax1.set_title(f"{run.dag or 'workflow'}: TTX {fig.ttx:.1f} s, RU {fig.ru:.2f}")
+    ax2.bar([b[0] for b in fig.bins], [b[1] / fig.bin_width for b in fig.bins],
+            width=fig.bin_width, align="edge", color="tab:green")
+    ax2.set_ylabel("tasks/s ended")
+    ax2.set_xlabel("seconds since start")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def main(path: str, plot: str | None = None, bin_width: float | None = None,
+         top: int = 10, run: int | None = None, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    if plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            sys.stderr.write("pmc report: --plot needs matplotlib: "
+                             "pip install 'pmc[plot]'\n")
+            return EXIT_USAGE
+    try:
+        runs = read_runs(path)
+    except ReportError as e:
+        sys.stderr.write(f"pmc report: {e}\n")
+        return EXIT_USAGE
+    if not runs:
+        sys.stderr.write(f"pmc report: {path}: no workflow.started event: not a pmc JSON "
+                         "event log (run with --log-format json --log-file PATH)\n")
+        return EXIT_USAGE
+    index = len(runs) if run is None else run
+    if not 1 <= index <= len(runs):
+        sys.stderr.write(f"pmc report: {path} holds {len(runs)} run(s), no run {index}\n")
+        return EXIT_USAGE
+    chosen = runs[index - 1]
+    fig = compute(chosen, bin_width)
+    if len(runs) > 1:
+        out.write(f"Run {index} of {len(runs)} in {path}\n")
+    out.write(render(chosen, fig, top))
+    if plot:
+        try:
+            write_plot(chosen, fig, plot)
+        except OSError as e:
+            sys.stderr.write(f"pmc report: cannot write {plot}: {e.strerror or e}\n")
+            return EXIT_USAGE
+        out.write(f"Plot written to {plot}\n")
+    return EXIT_OK
