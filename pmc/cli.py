@@ -7,6 +7,7 @@ same meaning; ``pmc run`` takes the same options plus this project's own.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import resource
 import sys
@@ -50,6 +51,16 @@ def _minutes(text: str) -> float:
     return value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
 def _port(text: str) -> int:
     value = _nonneg_int(text)
     if value > 65535:
@@ -77,6 +88,8 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host-script", metavar="PATH",
                    default=os.environ.get("PMC_HOST_SCRIPT") or None,
                    help="run once on every host before any task (env PMC_HOST_SCRIPT)")
+    p.add_argument("--host-script-timeout", metavar="SECONDS", type=_seconds, default=60.0,
+                   help="how long the host script may take before SIGALRM (default 60)")
     p.add_argument("--host-memory", metavar="MB", type=_nonneg_int,
                    help="memory per host in MB (env PMC_HOST_MEMORY; default: detected)")
     p.add_argument("--host-cpus", metavar="N", type=_positive_int,
@@ -156,6 +169,7 @@ def options_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> R
         nolock=args.nolock,
         rescue=args.rescue,
         host_script=args.host_script,
+        host_script_timeout=args.host_script_timeout,
         host_memory=args.host_memory,
         host_cpus=args.host_cpus,
         strict_limits=args.strict_limits,
@@ -235,12 +249,10 @@ def build_parser() -> argparse.ArgumentParser:
     report_p.add_argument("--run", metavar="K", type=int,
                           help="which run in a log of several (1 = first, default: last)")
     report_p.set_defaults(func=cmd_report)
-    try:
-        from pmc.adapters.cli import add_commands
-    except ImportError:
-        pass
-    else:
-        add_commands(sub)
+    # pmc.adapters lives in adapters/ (mapped by pyproject), which type checkers do not
+    # follow as part of pmc: import it by name.
+    adapters_cli = importlib.import_module("pmc.adapters.cli")
+    adapters_cli.add_commands(sub)
     return p
 
 

@@ -151,6 +151,7 @@ class Master:
             keep_affinity=o.keep_affinity,
             set_affinity=o.set_affinity,
             host_script=o.host_script,
+            host_script_timeout=o.host_script_timeout,
             sleep_on_recv=not o.no_sleep_on_recv,
             log_level=log.level(),
         )
@@ -383,7 +384,9 @@ class Master:
                 res = res._replace(status=res.status or 1, error=error)
             self.emit("result", task, self.seq[res.id], res, outcome.value)
             if outcome is Outcome.SUCCEEDED:
-                log.debug(f"Task {task.name} finished in {res.duration:.3f} s")
+                if log.enabled(log.DEBUG):
+                    log.debug(f"Task {task.name} finished in {res.duration:.3f} s "
+                              f"(cpu {res.cpu_time:.3f} s, max RSS {res.max_rss_kb} KB)")
                 for child in newly:
                     self.mark_ready(child)
             else:

@@ -22,6 +22,7 @@ class RunOptions:
     nolock: bool = False
     rescue: str | None = None
     host_script: str | None = None
+    host_script_timeout: float = 60.0  # seconds
     host_memory: int | None = None  # MB
     host_cpus: int | None = None
     strict_limits: bool = False

@@ -49,6 +49,7 @@ class WorkerConfig(NamedTuple):
     keep_affinity: bool
     set_affinity: bool
     host_script: str | None
+    host_script_timeout: float  # seconds before SIGALRM
     sleep_on_recv: bool
     log_level: int
 

@@ -35,7 +35,6 @@ from pmc.transport import Transport, TransportError
 FILE_FORWARD_LIMIT = 1 << 20  # the reference's limit for -F files
 PIPE_FORWARD_LIMIT = 16 << 20  # per task, all pipes together: the data travels in memory
 KILL_GRACE = 3.0  # seconds between SIGTERM and SIGKILL of a task's process group
-HOST_SCRIPT_TIMEOUT = 60.0
 _READ = 1 << 16
 
 
@@ -134,8 +133,9 @@ class Worker:
         except OSError as e:
             return False, f"Unable to start host script {path}: {e.strerror}"
         proc = self.host_script
+        timeout = self.cfg.host_script_timeout
         try:
-            code = proc.wait(HOST_SCRIPT_TIMEOUT)
+            code = proc.wait(timeout)
         except subprocess.TimeoutExpired:
             proc.send_signal(signal.SIGALRM)
             try:
@@ -143,7 +143,7 @@ class Worker:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-            return False, f"Host script {path} timed out after {HOST_SCRIPT_TIMEOUT:.0f} s"
+            return False, f"Host script {path} timed out after {timeout:g} s"
         if code != 0:
             how = f"signal {-code}" if code < 0 else f"exit code {code}"
             return False, f"Host script {path} failed with {how}"
