@@ -149,12 +149,12 @@ def _le(bound: float) -> str:
 
 
 def metric_names(registry: CollectorRegistry) -> set[str]:
-    """Every family and sample name the registry exposes (counters with ``_total``,
-    histograms with ``_bucket``/``_sum``/``_count``)."""
+    """Every series name a query can use: gauges as named, counters with ``_total``,
+    histograms with ``_bucket``/``_sum``/``_count``."""
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")}
     names: set[str] = set()
     for fam in registry.collect():
-        names.add(fam.name)
-        names.update(s.name for s in fam.samples)
+        names.update(fam.name + s for s in suffixes.get(fam.type, ("",)))
     return names
 
 

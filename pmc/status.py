@@ -132,7 +132,9 @@ class Status:
     recovered: int = 0
     running: int = 0
     failed: int = 0
-    state: str = "not started"  # running, succeeded, failed, incomplete, aborted, ...
+    # not started, running, succeeded, failed, incomplete, aborted (fatal error),
+    # interrupted (master gone without finishing)
+    state: str = "not started"
     live: bool = False
     note: str = ""
     source: str = "rescue log"
@@ -246,7 +248,8 @@ def workflow_status(dag_path: str, rescue_path: str | None = None) -> Status:
     host = str(snap.get("host", ""))
     if st.state in ("running", "starting"):
         if host == socket.gethostname() and pid and not _pid_alive(pid):
-            st.state = "aborted"
+            # Killed (e.g. by the batch system): resumable from the rescue log.
+            st.state = "interrupted"
             st.note = f"the master (pid {pid}) is gone without finishing"
         else:
             st.live = True

@@ -1,0 +1,391 @@
+"""Prometheus metrics: scraped over real HTTP during real runs (embedded and under mpiexec),
+the node_exporter textfile, a Pushgateway-compatible receiver, and the Grafana dashboard's
+queries checked against the metric names the code exports."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import MPIEXEC, REPO, clean_env, pmc, write_dag
+from prometheus_client.parser import text_string_to_metric_families
+
+from pmc.events import RunInfo, Summary
+from pmc.metrics import make_registry, metric_names
+from pmc.observe import Tally
+
+N_TASKS = 16
+SECRET = "s3cr3t-argument"
+
+# --- helpers ----------------------------------------------------------------------------
+
+
+def parse(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Exposition text -> {(sample name, sorted labels): value}."""
+    out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def value(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str,
+          **labels: str) -> float:
+    return samples[(name, tuple(sorted(labels.items())))]
+
+
+def sleep_dag(tmp_path: Path, n: int = N_TASKS) -> Path:
+    # The comment-like argument must never reach the metrics (no command lines exported).
+    return write_dag(tmp_path / "sleepy.dag", "".join(
+        f"TASK t{i} /bin/sh -c 'sleep 0.2' {SECRET}\n" for i in range(n)))
+
+
+class Receiver:
+    """A Pushgateway stand-in on 127.0.0.1: records the method, path and body of pushes."""
+
+    def __init__(self) -> None:
+        self.pushes: list[tuple[str, str, str]] = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _record(self) -> None:
+                length = int(self.headers.get("Content-Length", 0))
+                body = self.rfile.read(length).decode()
+                outer.pushes.append((self.command, self.path, body))
+                self.send_response(200)
+                self.end_headers()
+
+            do_PUT = do_POST = _record
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    yield r
+    r.close()
+
+
+def scrape_run(cmd: list[str], cwd: Path, n: int) -> tuple[int, list[dict], str]:  # type: ignore[type-arg]
+    """Start a run, find its metrics URL in the log, scrape it until the final numbers are
+    in; return the exit code, every scrape, and the run's stderr."""
+    env = clean_env(PMC_METRICS_LINGER="120")
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    url_box: list[str] = []
+    err_lines: list[str] = []
+    found = threading.Event()
+
+    def read_stderr() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            err_lines.append(line)
+            m = re.search(r"Metrics: serving (http://\S+)", line)
+            if m and not url_box:
+                url_box.append(m.group(1))
+                found.set()
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
+    out_reader = threading.Thread(target=lambda: proc.stdout and proc.stdout.read(),
+                                  daemon=True)
+    out_reader.start()
+    scrapes: list[dict] = []  # type: ignore[type-arg]
+    try:
+        assert found.wait(120), "no metrics URL logged:\n" + "".join(err_lines)
+        url = url_box[0]
+        assert url.startswith("http://127.0.0.1:")
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=10) as resp:
+                    body = resp.read().decode()
+            except OSError:
+                if proc.poll() is not None:
+                    break
+                time.sleep(0.05)
+                continue
+            assert SECRET not in body and "/bin/sh" not in body
+            samples = parse(body)
+            scrapes.append(samples)
+            if value(samples, "pmc_workflow_running") == 0 and \
+                    ("pmc_workflow_exit_code", ()) in samples:
+                break  # the final numbers: the master now stops lingering
+            time.sleep(0.05)
+        code = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    reader.join(timeout=10)
+    return code, scrapes, "".join(err_lines)
+
+
+def check_scrapes(scrapes: list[dict], n: int) -> None:  # type: ignore[type-arg]
+    assert scrapes, "never scraped"
+    mid = [s for s in scrapes if value(s, "pmc_workflow_running") == 1]
+    assert mid, "no scrape while the workflow ran"
+    # Counters never go down between scrapes.
+    prev = 0.0
+    for s in scrapes:
+        cur = value(s, "pmc_tasks_total", outcome="succeeded")
+        assert cur >= prev
+        prev = cur
+    assert any(value(s, "pmc_tasks_running") > 0 for s in mid)
+    final = scrapes[-1]
+    assert value(final, "pmc_workflow_running") == 0
+    assert value(final, "pmc_workflow_exit_code") == 0
+    assert value(final, "pmc_tasks_total", outcome="succeeded") == n
+    assert value(final, "pmc_tasks_total", outcome="failed") == 0
+    assert value(final, "pmc_tasks_total", outcome="retry") == 0
+    assert value(final, "pmc_tasks_dispatched_total") == n
+    assert value(final, "pmc_workflow_tasks") == n
+    assert value(final, "pmc_tasks_running") == 0
+    assert value(final, "pmc_tasks_ready") == 0
+    assert value(final, "pmc_task_duration_seconds_count") == n
+    assert value(final, "pmc_task_duration_seconds_bucket", le="+Inf") == n
+    # Each task sleeps 0.2 s: the summed runtime is at least that.
+    assert value(final, "pmc_task_duration_seconds_sum") >= 0.2 * n
+    assert 0 < value(final, "pmc_resource_utilization") <= 1.0
+    hosts = {dict(k[1])["host"] for k in final if k[0] == "pmc_host_task_seconds_total"}
+    assert hosts == {socket.gethostname()}
+
+
+def summary_record(stdout: str) -> dict[str, str]:
+    m = re.search(r"^\[cluster-summary (.*)\]$", stdout, re.M)
+    assert m, stdout
+    return dict(re.findall(r'(\w+)="?([^",]*)"?', m.group(1)))
+
+
+# --- real runs --------------------------------------------------------------------------
+
+
+def test_endpoint_textfile_and_push_during_embedded_run(tmp_path: Path,
+                                                        receiver: Receiver) -> None:
+    dag = sleep_dag(tmp_path)
+    prom = tmp_path / "pmc.prom"
+    code, scrapes, err = scrape_run(
+        [sys.executable, "-m", "pmc", "run", "--workers", "2", "--metrics-port", "0",
+         "--metrics-textfile", str(prom), "--metrics-pushgateway", receiver.url,
+         dag.name], tmp_path, N_TASKS)
+    assert code == 0, err
+    check_scrapes(scrapes, N_TASKS)
+    final = scrapes[-1]
+    assert value(final, "pmc_workflow_info", dag="sleepy.dag", site="", mode="local") == 1
+    assert value(final, "pmc_slots") == 2
+
+    # The textfile has the same final numbers, and no temporary file is left behind.
+    text = parse(prom.read_text())
+    for key in (("pmc_tasks_total", (("outcome", "succeeded"),)),
+                ("pmc_task_duration_seconds_count", ()), ("pmc_workflow_tasks", ()),
+                ("pmc_task_duration_seconds_sum", ()), ("pmc_resource_utilization", ())):
+        assert text[key] == final[key], key
+    assert sorted(p.name for p in tmp_path.glob("pmc.prom*")) == ["pmc.prom"]
+
+    # The last push (at exit) has them too, grouped by job, workflow and instance.
+    assert receiver.pushes, "nothing was pushed"
+    method, path, body = receiver.pushes[-1]
+    assert method == "PUT"
+    parts = path.split("/")
+    assert parts[:4] == ["", "metrics", "job", "pmc"]
+    assert dict(zip(parts[4::2], parts[5::2], strict=True)) == {
+        "workflow": "sleepy.dag", "instance": socket.gethostname()}
+    pushed = parse(body)
+    for key in (("pmc_tasks_total", (("outcome", "succeeded"),)),
+                ("pmc_task_duration_seconds_count", ()), ("pmc_workflow_tasks", ())):
+        assert pushed[key] == final[key], key
+    assert SECRET not in body and SECRET not in prom.read_text()
+
+
+@pytest.mark.mpi
+def test_endpoint_during_mpi_run(tmp_path: Path) -> None:
+    if MPIEXEC is None:
+        pytest.skip("mpiexec not installed (pip install '.[mpi]')")
+    dag = sleep_dag(tmp_path)
+    prom = tmp_path / "mpi.prom"
+    code, scrapes, err = scrape_run(
+        [MPIEXEC, "-n", "3", sys.executable, "-m", "pmc", "run", "--metrics-port", "0",
+         "--metrics-textfile", str(prom), dag.name], tmp_path, N_TASKS)
+    assert code == 0, err
+    check_scrapes(scrapes, N_TASKS)
+    assert value(scrapes[-1], "pmc_workflow_info", dag="sleepy.dag", site="", mode="mpi") == 1
+    assert value(scrapes[-1], "pmc_workers") == 2
+    text = parse(prom.read_text())
+    assert text[("pmc_tasks_total", (("outcome", "succeeded"),))] == N_TASKS
+
+
+def test_failures_and_retries_are_counted(tmp_path: Path) -> None:
+    flaky = tmp_path / "flaky.sh"
+    flaky.write_text("#!/bin/sh\nif [ -e seen ]; then exit 0; fi\ntouch seen\nexit 3\n")
+    flaky.chmod(0o755)
+    dag = write_dag(tmp_path / "f.dag", f"TASK ok /bin/true\nTASK flaky {flaky}\n"
+                    "TASK bad /bin/false\nTASK child /bin/true\nEDGE bad child\n")
+    r = pmc(["run", "--workers", "1", "-t", "2", "--metrics-textfile", "f.prom", dag.name],
+            tmp_path)
+    assert r.returncode == 1, r.stderr
+    s = parse((tmp_path / "f.prom").read_text())
+    assert value(s, "pmc_tasks_total", outcome="succeeded") == 2
+    assert value(s, "pmc_tasks_total", outcome="failed") == 1
+    assert value(s, "pmc_tasks_total", outcome="retry") == 2  # flaky once, bad once
+    assert value(s, "pmc_task_duration_seconds_count") == 5
+    assert value(s, "pmc_workflow_exit_code") == 1
+    rec = summary_record(r.stdout)
+    assert (rec["succeeded"], rec["failed"], rec["extra"]) == ("2", "1", "2")
+
+
+def test_port_in_use_is_fatal(tmp_path: Path) -> None:
+    dag = write_dag(tmp_path / "a.dag", "TASK A /bin/true\n")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        r = pmc(["run", "--workers", "1", "--metrics-port", str(port), dag.name], tmp_path)
+    assert r.returncode == 1
+    assert f"[FATAL] Cannot serve metrics on 127.0.0.1:{port}" in r.stderr
+
+
+def test_unreachable_pushgateway_warns_but_run_succeeds(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    dag = write_dag(tmp_path / "a.dag", "TASK A /bin/true\n")
+    r = pmc(["run", "--workers", "1", "--metrics-pushgateway", f"http://127.0.0.1:{port}",
+             dag.name], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert f"[WARN] Cannot push metrics to http://127.0.0.1:{port}" in r.stderr
+
+
+# --- names, configs ---------------------------------------------------------------------
+
+
+def finished_registry_names() -> set[str]:
+    tally = Tally("w.dag", "site")
+    tally.started(RunInfo(dag_path="w.dag", tasks=1, recovered=0, workers=1, slots=1,
+                          cpus=1, hosts=["h"], start=time.time(), mode="local"))
+    tally.host_runtime["h"] = 1.0
+    tally.host_slots["h"] = 1
+    tally.finished(Summary(ok=True, outcome="succeeded", reason="", tasks=1, submitted=1,
+                           succeeded=1, failed=0, extra=0, recovered=0, start=0.0, wall=1.0,
+                           pid=1, app="pmc", runtime=1.0, cpu_time=0.0, slots=1, cpus=1,
+                           workers=1, makespan=1.0))
+    return metric_names(make_registry(tally))
+
+
+def test_metric_names_follow_prometheus_conventions() -> None:
+    names = finished_registry_names()
+    assert names, "no metrics"
+    for name in names:
+        assert re.fullmatch(r"pmc_[a-z0-9_]+", name), name
+    text = ""
+    tally = Tally("w.dag")
+    from prometheus_client import generate_latest
+
+    text = generate_latest(make_registry(tally)).decode()
+    for fam in text_string_to_metric_families(text):
+        if fam.type == "counter":
+            assert all(s.name.endswith(("_total", "_created")) for s in fam.samples), fam.name
+        if "seconds" in fam.name:
+            assert fam.name.endswith("_seconds") or "_seconds_" in fam.name
+    for expected in ("pmc_tasks_total", "pmc_tasks_running", "pmc_tasks_ready",
+                     "pmc_task_duration_seconds_bucket", "pmc_slots", "pmc_slots_busy",
+                     "pmc_cpus", "pmc_cpus_busy", "pmc_resource_utilization",
+                     "pmc_forwarded_bytes_total", "pmc_workflow_wall_seconds",
+                     "pmc_workflow_info"):
+        assert expected in names
+
+
+_PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or",
+                 "unless", "bool", "offset", "le", "inf", "nan"}
+
+
+def promql_metric_names(expr: str) -> set[str]:
+    """Metric names an expression selects: identifiers that are not functions, keywords,
+    label names in by/on/... clauses, label matchers, strings or durations."""
+    e = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
+    e = re.sub(r"\{[^}]*\}", "", e)
+    e = re.sub(r"\[[^\]]*\]", "", e)
+    e = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", e)
+    names = set()
+    for m in re.finditer(r"[A-Za-z_:][A-Za-z0-9_:]*", e):
+        word = m.group(0)
+        rest = e[m.end():].lstrip()
+        if rest.startswith("(") or word.lower() in _PROMQL_WORDS:
+            continue
+        names.add(word)
+    return names
+
+
+def dashboard_queries() -> list[str]:
+    dash = json.loads((REPO / "configs" / "grafana-dashboard.json").read_text())
+    exprs: list[str] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k == "expr" and isinstance(v, str):
+                    exprs.append(v)
+                elif k in ("query", "definition") and isinstance(v, str) and \
+                        "label_values" in v:
+                    # Grafana's label_values(METRIC, LABEL): the metric is the selector.
+                    m = re.fullmatch(r"label_values\((.*),\s*\w+\)", v.strip())
+                    assert m, v
+                    exprs.append(m.group(1))
+                else:
+                    walk(v)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(dash)
+    return exprs
+
+
+def test_every_dashboard_query_uses_exported_metrics() -> None:
+    names = finished_registry_names()
+    exprs = dashboard_queries()
+    assert len(exprs) >= 10
+    used: set[str] = set()
+    for expr in exprs:
+        found = promql_metric_names(expr)
+        assert found, f"no metric in {expr!r}"
+        unknown = found - names
+        assert not unknown, f"{expr!r} uses {sorted(unknown)}, not exported"
+        used |= found
+    assert {"pmc_tasks_total", "pmc_resource_utilization",
+            "pmc_task_duration_seconds_bucket"} <= used
+
+
+def test_promql_name_extraction() -> None:
+    assert promql_metric_names(
+        'sum by (host) (rate(pmc_x_total{a="b c", outcome=~"x|y"}[1m])) / on(host) pmc_y'
+    ) == {"pmc_x_total", "pmc_y"}
+    assert promql_metric_names("histogram_quantile(0.5, sum by (le) (rate(m_bucket[5m])))") \
+        == {"m_bucket"}
+
+
+def test_prometheus_scrape_config() -> None:
+    cfg = yaml.safe_load((REPO / "configs" / "prometheus.yml").read_text())
+    jobs = {j["job_name"]: j for j in cfg["scrape_configs"]}
+    assert "pmc" in jobs
+    targets = jobs["pmc"]["static_configs"][0]["targets"]
+    assert all(re.fullmatch(r"[\w.-]+:\d+", t) for t in targets)
