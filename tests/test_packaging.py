@@ -14,7 +14,9 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
+import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -303,6 +305,40 @@ def test_definition_test_section_runs_a_valid_smoke_dag(
     dag = parse_dag(str(path))
     assert [t.name for t in dag.tasks] == ["A", "B", "C", "D"]
     assert dag.edge_count() == 4
+
+
+@pytest.mark.mpi
+def test_definition_test_section_passes_with_this_installation(
+    definition: Definition, tmp_path: Path
+) -> None:
+    # Apptainer runs %test with /bin/sh inside the image; run the same script against the
+    # pmc, python and mpiexec installed next to this interpreter (in the image: /opt/pmc).
+    bindir = Path(sys.executable).parent
+    if shutil.which("mpiexec", path=str(bindir)) is None:
+        pytest.skip(f"no mpiexec in {bindir}: install the mpi extra")
+    env = dict(os.environ, PATH=f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
+    env["TMPDIR"] = str(tmp_path)
+    env = {k: v for k, v in env.items() if k not in ("PMI_RANK", "PMI_SIZE", "PMI_FD")}
+    env = {k: v for k, v in env.items() if not k.startswith(("SLURM_", "OMPI_", "PMIX_"))}
+    with subprocess.Popen(
+        ["/bin/sh", "-c", definition.sections["test"]],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    ) as proc:
+        try:
+            output, _ = proc.communicate(timeout=240)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # pmc and its workers too
+            output, _ = proc.communicate()
+            pytest.fail(f"%test did not finish in 240 s:\n{output[-4000:]}")
+    assert proc.returncode == 0, output[-4000:]
+    assert output.rstrip().endswith("pmc smoke DAG: ok")
+    assert "MPICH" in output
+    # The temporary directory %test made is gone again.
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_definition_has_help_and_the_same_labels_as_the_image(
