@@ -13,6 +13,7 @@ limit or a cpu binding take the slower path with a ``preexec_fn``.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import resource
 import selectors
@@ -36,6 +37,7 @@ FILE_FORWARD_LIMIT = 1 << 20  # the reference's limit for -F files
 PIPE_FORWARD_LIMIT = 16 << 20  # per task, all pipes together: the data travels in memory
 KILL_GRACE = 3.0  # seconds between SIGTERM and SIGKILL of a task's process group
 _READ = 1 << 16
+_FORWARD_FD_BASE = 100
 
 
 def detect_cpus() -> int:
@@ -99,6 +101,7 @@ class Worker:
         if not config.per_task_stdio:
             self.out_fd = _open_append(config.out_path.format(rank=self.rank))
             self.err_fd = _open_append(config.err_path.format(rank=self.rank))
+        _close_on_exec_all()
         self.base_env = dict(os.environ)
         for var in ("PMC_AFFINITY",):
             self.base_env.pop(var, None)
@@ -201,14 +204,19 @@ class Worker:
             self._close_stdio(r)
             self.fail_now(spec, f"cannot open per-task output file: {e}")
             return
-        write_ends: list[int] = []
-        for var, dest in spec.pipe_forwards or ():
+        # Pipe write ends reach the task as fds 3, 4, ... (as in PMC: "A=3"), small enough
+        # for `echo >&$A` in any shell. They wait here at high, close-on-exec numbers so
+        # that the moves into place cannot overwrite each other.
+        moves: list[tuple[int, int]] = []
+        for i, (var, dest) in enumerate(spec.pipe_forwards or ()):
             rd, wr = os.pipe()
             os.set_blocking(rd, False)
-            os.set_inheritable(wr, True)
-            write_ends.append(wr)
-            env[var] = str(wr)
+            high = fcntl.fcntl(wr, fcntl.F_DUPFD_CLOEXEC, _FORWARD_FD_BASE)
+            os.close(wr)
+            moves.append((high, 3 + i))
+            env[var] = str(3 + i)
             r.pipes[rd] = (var, dest, bytearray())
+        write_ends = [high for high, _target in moves]
         needs_preexec = bool(spec.affinity) or (self.cfg.strict_limits and spec.memory > 0)
         r.start = time.time()
         r.t0 = time.monotonic()
@@ -216,8 +224,8 @@ class Worker:
             if needs_preexec:
                 r.popen = subprocess.Popen(
                     argv, env=env, stdin=subprocess.DEVNULL, stdout=out_fd, stderr=err_fd,
-                    pass_fds=write_ends, process_group=0,
-                    preexec_fn=_limits(spec, self.cfg.strict_limits),
+                    close_fds=False,  # every fd of the worker is close-on-exec already
+                    process_group=0, preexec_fn=_limits(spec, self.cfg.strict_limits, moves),
                 )
                 r.pid = r.popen.pid
             else:
@@ -227,6 +235,7 @@ class Worker:
                         (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                         (os.POSIX_SPAWN_DUP2, out_fd, 1),
                         (os.POSIX_SPAWN_DUP2, err_fd, 2),
+                        *((os.POSIX_SPAWN_DUP2, high, target) for high, target in moves),
                     ],
                     setpgroup=0,
                     setsigdef=(signal.SIGPIPE, signal.SIGTERM, signal.SIGINT),
@@ -453,17 +462,35 @@ def _install_term(worker: Worker) -> dict[int, Any]:
     return prev
 
 
-def _limits(spec: TaskSpec, strict: bool) -> Callable[[], None]:
+def _limits(spec: TaskSpec, strict: bool, moves: list[tuple[int, int]]) -> Callable[[], None]:
     affinity = spec.affinity
     limit = spec.memory * 1024 * 1024 if strict and spec.memory > 0 else 0
 
     def apply() -> None:
+        for high, target in moves:
+            os.dup2(high, target)  # inheritable, unlike the source
         if affinity:
             os.sched_setaffinity(0, affinity)
         if limit:
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
     return apply
+
+
+def _close_on_exec_all() -> None:
+    """Mark every inherited descriptor above stderr close-on-exec (an MPI library's
+    sockets, a launcher's pipes), so tasks are started with stdin, stdout, stderr and
+    their forwarding pipes only."""
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        return
+    for fd in fds:
+        if fd > 2:
+            try:
+                os.set_inheritable(fd, False)
+            except OSError:
+                pass  # the listing's own descriptor, already closed
 
 
 def _clear_affinity() -> None:
