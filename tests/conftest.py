@@ -79,14 +79,14 @@ def diamond(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(params=["local", "mpi2", "mpi4"])
-def launch(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+def launch(request: pytest.FixtureRequest):
     """Run pmc embedded, or under mpiexec with 2 or 4 ranks: same DAG, same checks."""
     mode = request.param
 
-    def go(args: Sequence[str], cwd: Path, **kw):  # type: ignore[no-untyped-def]
+    def go(args: Sequence[str], cwd: Path, **kw):
         if mode == "local":
             return pmc(["run", *args], cwd, **kw)
         return pmc_mpi(int(mode[3:]), ["run", *args], cwd, **kw)
 
-    go.mode = mode  # type: ignore[attr-defined]
+    go.mode = mode
     return go

@@ -31,7 +31,7 @@ for i in range(int(sys.argv[2])):
 """
 
 
-def test_pipe_forwarding_from_concurrent_writers_is_never_interleaved(launch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_pipe_forwarding_from_concurrent_writers_never_interleaves(launch, tmp_path: Path) -> None:
     script = tmp_path / "writer.py"
     script.write_text(WRITER)
     out = tmp_path / "shared.txt"
@@ -97,7 +97,7 @@ def test_maxfds_one_still_writes_every_file(tmp_path: Path) -> None:
             f"t{i}" for i in range(9) if i % 3 == k)
 
 
-def test_file_forwarding(launch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_file_forwarding(launch, tmp_path: Path) -> None:
     dest = tmp_path / "dest.txt"
     tasks = "".join(
         f'TASK t{i} -F {tmp_path}/src{i}={dest} /bin/sh -c "printf \'%s\\n\' t{i}-a t{i}-b '
@@ -132,7 +132,7 @@ TASK fine -F {tmp_path}/ok={tmp_path}/d3 /bin/sh -c "head -c 1048576 /dev/zero >
 
 # -- host scripts -----------------------------------------------------------------------
 
-def test_host_script_runs_once_per_host_before_any_task(launch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_host_script_runs_once_per_host_before_any_task(launch, tmp_path: Path) -> None:
     marks = tmp_path / "marks"
     script = tmp_path / "host.sh"
     script.write_text(f"#!/bin/sh\necho host-script >> {marks}\necho hello from host script\n")
@@ -208,7 +208,7 @@ def _alive(pid: int) -> bool:
 
 # -- per-task stdio, strict limits, affinity --------------------------------------------
 
-def test_per_task_stdio(launch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_per_task_stdio(launch, tmp_path: Path) -> None:
     counter = tmp_path / "n"
     dag = write_dag(tmp_path / "w.dag",
                     f'TASK A -t 2 /bin/sh -c "echo out; echo err >&2; echo x >> {counter}; '
@@ -262,7 +262,7 @@ def test_inherited_affinity_is_cleared_unless_kept(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cpus")
-def test_set_affinity_binds_multicore_tasks(launch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_set_affinity_binds_multicore_tasks(launch, tmp_path: Path) -> None:
     dag = write_dag(tmp_path / "w.dag", f"TASK two -c 2 {AFFINITY}\nTASK one {AFFINITY}\n"
                                         "EDGE two one\n")
     r = launch(["--set-affinity", "--host-cpus", "2", dag.name], tmp_path)
@@ -272,7 +272,7 @@ def test_set_affinity_binds_multicore_tasks(launch, tmp_path: Path) -> None:  # 
 
 # -- wall time --------------------------------------------------------------------------
 
-def test_max_wall_time_aborts_and_still_merges(launch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_max_wall_time_aborts_and_still_merges(launch, tmp_path: Path) -> None:
     dag = write_dag(tmp_path / "w.dag",
                     'TASK quick /bin/echo quick-output\n'
                     'TASK slow1 /bin/sh -c "echo slow-start; sleep 60"\n'
@@ -317,7 +317,7 @@ JOBSTATE = re.compile(r"^\d+\.\d{6} (?:INTERNAL \*\*\* PMC_(?:STARTED|FINISHED [
 DATE = r"\d\d/\d\d/\d\d \d\d:\d\d:\d\d"
 
 
-def test_jobstate_log(launch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_jobstate_log(launch, tmp_path: Path) -> None:
     dag = write_dag(tmp_path / "d.dag", DIAMOND)
     (tmp_path / "jobstate.log").write_text("previous line\n")
     r = launch(["--jobstate-log", dag.name], tmp_path)

@@ -29,7 +29,7 @@ def test_task_goes_only_where_cpus_and_memory_fit() -> None:
     w2 = r.find(4, 500)
     assert w2 is not None and w2.host.name == "big" and w2 is not w
     r.allocate(w2, 4, 500)
-    assert r.find(1, 0) is not None and r.find(1, 0).host.name == "small"  # type: ignore[union-attr]
+    assert r.find(1, 0) is not None and r.find(1, 0).host.name == "small"
     assert r.find(3, 0) is None  # small has 2 cpus, big has no free slot
 
 
@@ -76,7 +76,7 @@ def test_several_slots_per_worker() -> None:
 def test_removed_worker_takes_its_slots_away() -> None:
     r = pool()
     r.remove_worker(3)
-    assert r.find(1, 0) is not None and r.find(1, 0).host.name == "big"  # type: ignore[union-attr]
+    assert r.find(1, 0) is not None and r.find(1, 0).host.name == "big"
     assert r.total_slots == 2
 
 
@@ -94,7 +94,7 @@ def test_fragmented_sockets_leave_the_task_unbound() -> None:
     pairs = [h.take_cpu_set(2) for _ in range(4)]
     assert all(p is not None for p in pairs)
     # Free one pair on each socket: 4 free cpus, but split across two sockets.
-    h.give_cpu_set(pairs[0])  # type: ignore[arg-type]
-    h.give_cpu_set(pairs[3])  # type: ignore[arg-type]
+    h.give_cpu_set(pairs[0])
+    h.give_cpu_set(pairs[3])
     assert h.take_cpu_set(4) is None
     assert h.take_cpu_set(2) is not None

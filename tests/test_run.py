@@ -27,7 +27,7 @@ def rescue_records(path: Path) -> list[str]:
     return [line for line in data.split("\n") if line]
 
 
-def test_diamond(launch, diamond: Path) -> None:  # type: ignore[no-untyped-def]
+def test_diamond(launch, diamond: Path) -> None:
     r = launch([diamond.name], diamond.parent)
     assert r.returncode == 0, r.stderr
     for name in "ABCD":
@@ -49,7 +49,7 @@ def test_diamond(launch, diamond: Path) -> None:  # type: ignore[no-untyped-def]
     assert leftovers == [], "per-worker files are merged and removed"
 
 
-def test_task_output_stays_grouped_per_worker(launch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_task_output_stays_grouped_per_worker(launch, tmp_path: Path) -> None:
     dag = write_dag(tmp_path / "w.dag", "".join(
         f'TASK t{i} /bin/sh -c "echo start{i}; sleep 0.05; echo end{i}"\n' for i in range(8)))
     r = launch([dag.name, "-o", "out.txt"], tmp_path)
@@ -61,7 +61,7 @@ def test_task_output_stays_grouped_per_worker(launch, tmp_path: Path) -> None:  
         assert out[start + 2].startswith(f"[cluster-task name=t{i},")
 
 
-def test_restart_reruns_only_what_is_not_done(launch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_restart_reruns_only_what_is_not_done(launch, tmp_path: Path) -> None:
     log = tmp_path / "ran.txt"
     dag = write_dag(tmp_path / "w.dag", f"""\
 TASK A /bin/sh -c "echo A >> {log}"
@@ -121,7 +121,7 @@ def test_locked_dag_is_refused_at_once(tmp_path: Path) -> None:
         assert r.returncode == 0, r.stderr
 
 
-def test_missing_and_non_executable_programs_are_task_failures(launch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_missing_and_non_executable_programs_are_task_failures(launch, tmp_path: Path) -> None:
     noexec = tmp_path / "script.sh"
     noexec.write_text("#!/bin/sh\necho hi\n")
     dag = write_dag(tmp_path / "w.dag",
@@ -134,7 +134,7 @@ def test_missing_and_non_executable_programs_are_task_failures(launch, tmp_path:
     assert "Traceback" not in r.stderr
 
 
-def test_task_environment(launch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_task_environment(launch, tmp_path: Path) -> None:
     dag = write_dag(tmp_path / "w.dag", "TASK envtask -m 7 -c 1 /usr/bin/env\n")
     r = launch([dag.name, "--host-memory", "100"], tmp_path)
     assert r.returncode == 0, r.stderr
