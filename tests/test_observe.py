@@ -1,0 +1,225 @@
+"""Structured logs: the JSON event log of real runs (one terminal event per try, totals equal
+to the summary record), the text format kept as PMC's ``[LEVEL] message`` lines, and
+logging configured only by the command-line entry."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from conftest import clean_env, pmc, pmc_mpi, write_dag
+
+from pmc import log
+from pmc.observe import LogOutput, setup_logging
+from pmc.options import RunOptions
+
+TASK_FIELDS = {"task", "try", "rank", "host", "cpus", "memory"}
+END_FIELDS = TASK_FIELDS | {"status", "duration", "cpu_time", "max_rss_kb", "start",
+                            "outcome"}
+
+
+def summary_record(stdout: str) -> dict[str, str]:
+    m = re.search(r"^\[cluster-summary (.*)\]$", stdout, re.M)
+    assert m, stdout
+    return dict(re.findall(r'(\w+)="?([^",]*)"?', m.group(1)))
+
+
+def read_events(path: Path) -> list[dict]:  # type: ignore[type-arg]
+    events = []
+    for line in path.read_text().splitlines():
+        ev = json.loads(line)  # every line is one JSON object
+        assert isinstance(ev, dict)
+        assert isinstance(ev["level"], str) and isinstance(ev["event"], str)
+        assert isinstance(ev["timestamp"], float)
+        events.append(ev)
+    return events
+
+
+@pytest.fixture
+def mixed_dag(tmp_path: Path) -> Path:
+    """One success, one task that fails once then succeeds, one that always fails (its
+    child never runs), and a multi-cpu task."""
+    flaky = tmp_path / "flaky.sh"
+    flaky.write_text("#!/bin/sh\nif [ -e seen ]; then exit 0; fi\ntouch seen\nexit 3\n")
+    flaky.chmod(0o755)
+    return write_dag(tmp_path / "mixed.dag", f"""\
+TASK ok /bin/echo hello
+TASK flaky {flaky}
+TASK bad /bin/sh -c "exit 7"
+TASK child /bin/true
+TASK wide -c 2 /bin/true
+EDGE bad child
+""")
+
+
+def check_log_against_summary(events: list[dict], stdout: str) -> None:  # type: ignore[type-arg]
+    names = [e["event"] for e in events]
+    assert names.count("workflow.started") == 1
+    assert names.count("workflow.finished") == 1
+    terminal = [e for e in events if e["event"] in ("task.finished", "task.failed")]
+    tries = Counter((e["task"], e["try"]) for e in terminal)
+    assert tries and all(n == 1 for n in tries.values()), "one end event per try"
+    # Every try that was dispatched ended exactly once, and "started" came with it.
+    dispatched = Counter((e["task"], e["try"]) for e in events
+                         if e["event"] == "task.dispatched")
+    started = Counter((e["task"], e["try"]) for e in events if e["event"] == "task.started")
+    assert dispatched == tries == started
+    for e in terminal:
+        assert set(e) >= END_FIELDS, e
+        assert e["rank"] >= 1 and e["host"]
+    for e in events:
+        if e["event"] in ("task.dispatched", "task.started"):
+            assert set(e) >= TASK_FIELDS, e
+
+    rec = summary_record(stdout)
+    end = next(e for e in events if e["event"] == "workflow.finished")
+    # The totals of the end event are the summary record's.
+    for key in ("tasks", "submitted", "succeeded", "failed", "extra", "slots", "cpus"):
+        assert str(end[key]) == rec[key], key
+    assert f"{end['runtime']:.3f}" == rec["runtime"]
+    assert f"{end['wall']:.3f}" == rec["duration"]
+    assert ("ok" if end["ok"] else "failed") == rec["stat"]
+    # ... and they add up from the task events.
+    assert sum(1 for e in terminal if e["outcome"] == "succeeded") == end["succeeded"]
+    assert sum(1 for e in terminal if e["outcome"] == "failed") == end["failed"]
+    assert sum(1 for e in terminal if e["outcome"] == "retry") == end["extra"]
+    assert names.count("task.retried") == end["extra"]
+    assert sum(e["duration"] for e in terminal) == pytest.approx(end["runtime"], abs=1e-6)
+    assert sum(e["cpu_time"] for e in terminal) == pytest.approx(end["cpu_time"], abs=1e-6)
+    assert end["utilization"] == pytest.approx(end["runtime"] / (end["wall"] * end["slots"]))
+
+
+def test_json_log_of_a_run_matches_the_summary(tmp_path: Path, mixed_dag: Path) -> None:
+    r = pmc(["run", "--workers", "2", "-t", "2", "--log-format", "json", "--log-file",
+             "events.jsonl", mixed_dag.name], tmp_path)
+    assert r.returncode == 1, r.stderr
+    events = read_events(tmp_path / "events.jsonl")
+    check_log_against_summary(events, r.stdout)
+    by_task = {(e["task"], e["event"]): e for e in events if "task" in e}
+    assert by_task[("bad", "task.failed")]["status"] == 7
+    assert by_task[("bad", "task.failed")]["outcome"] == "failed"
+    assert by_task[("wide", "task.finished")]["cpus"] == 2
+    assert by_task[("ok", "task.finished")]["max_rss_kb"] > 0
+    assert ("child", "task.dispatched") not in by_task
+    assert [e["try"] for e in events
+            if e.get("task") == "flaky" and e["event"] == "task.failed"] == [1]
+    # The PMC log lines are JSON objects too, with their usual text as the event.
+    messages = {e["event"]: e["level"] for e in events}
+    assert messages["Workflow failed: 1 task(s) failed"] == "error"
+    assert messages["Task bad failed (try 2 of 2): exit code 7"] == "error"
+    assert any(m.startswith("Resource utilization (without master):") for m in messages)
+    hosts = [e for e in events if e["event"] == "host"]
+    assert sum(h["slots"] for h in hosts) == 2
+    # Nothing of the master's log went to stderr.
+    assert "[INFO]" not in r.stderr and "[ERROR]" not in r.stderr
+
+
+def test_json_log_to_stderr(tmp_path: Path, mixed_dag: Path) -> None:
+    r = pmc(["run", "--workers", "1", "--log-format", "json", mixed_dag.name], tmp_path)
+    assert r.returncode == 1
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    events = [json.loads(line) for line in lines]
+    assert {"workflow.started", "workflow.finished", "task.ready"} <= {e["event"]
+                                                                        for e in events}
+
+
+@pytest.mark.mpi
+def test_json_log_under_mpiexec(tmp_path: Path, mixed_dag: Path) -> None:
+    r = pmc_mpi(3, ["run", "-t", "2", "--log-format", "json", "--log-file", "ev.jsonl",
+                    mixed_dag.name], tmp_path)
+    assert r.returncode == 1, r.stderr
+    events = read_events(tmp_path / "ev.jsonl")
+    check_log_against_summary(events, r.stdout)
+    assert next(e for e in events if e["event"] == "workflow.started")["mode"] == "mpi"
+
+
+def test_a_resumed_run_appends_to_the_log(tmp_path: Path) -> None:
+    dag = write_dag(tmp_path / "r.dag", "TASK a /bin/true\nTASK b /bin/false\n")
+    args = ["run", "--workers", "1", "--log-format", "json", "--log-file", "ev.jsonl",
+            dag.name]
+    assert pmc(args, tmp_path).returncode == 1
+    dag.write_text("TASK a /bin/true\nTASK b /bin/true\n")
+    r = pmc(args, tmp_path)
+    assert r.returncode == 0, r.stderr
+    events = read_events(tmp_path / "ev.jsonl")
+    starts = [e for e in events if e["event"] == "workflow.started"]
+    assert [s["recovered"] for s in starts] == [0, 1]
+
+
+def test_text_format_is_unchanged_by_default(tmp_path: Path, mixed_dag: Path) -> None:
+    r = pmc(["run", "--workers", "1", mixed_dag.name], tmp_path)
+    assert r.returncode == 1
+    lines = r.stderr.splitlines()
+    assert all(re.match(r"\[(FATAL|ERROR|WARN|INFO)\] ", line) for line in lines), lines
+    assert "[ERROR] Task bad failed (try 1 of 1): exit code 7" in lines
+    assert not any("task." in line for line in lines)
+    assert not (tmp_path / "events.jsonl").exists()
+
+
+def test_text_format_shows_task_events_at_debug(tmp_path: Path, mixed_dag: Path) -> None:
+    r = pmc(["run", "--workers", "1", "-v", "--log-file", "pmc.log", mixed_dag.name],
+            tmp_path)
+    assert r.returncode == 1
+    text = (tmp_path / "pmc.log").read_text()
+    assert re.search(r"^\[DEBUG\] task\.finished task=ok seq=\d+ try=1 rank=1 host=\S+ cpus=1 "
+                     r"memory=0 outcome=succeeded status=0 .*duration=\d+\.\d{3} "
+                     r"cpu_time=\d+\.\d{3} max_rss_kb=\d+", text, re.M), text
+    assert re.search(r"^\[DEBUG\] task\.failed task=bad .*status=7", text, re.M)
+    assert "[INFO] Workflow" not in text
+    assert "[ERROR] Workflow failed: 2 task(s) failed" in text
+    # The log went to the file, not stderr (workers' own lines aside).
+    assert "[ERROR] Workflow failed" not in r.stderr
+
+
+def test_log_lines_keep_their_exact_text() -> None:
+    buf = io.StringIO()
+    try:
+        log.setup(log.INFO, stream=buf)
+        log.info("Wall time: 1.000 seconds")
+        log.debug("hidden")
+        log.error("boom")
+        log.setup(log.DEBUG, stream=buf, prefix="rank 2: ")
+        log.debug("shown")
+    finally:
+        log.setup()
+    assert buf.getvalue() == ("[INFO] Wall time: 1.000 seconds\n[ERROR] boom\n"
+                              "[DEBUG] rank 2: shown\n")
+
+
+def test_json_mode_turns_log_lines_into_objects(tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    opts = RunOptions(dag="x.dag", log_format="json", log_file=str(path))
+    try:
+        out = setup_logging(opts)
+        # Opened lazily: a rank that never logs through it never creates the file.
+        assert not path.exists()
+        log.warn("careful")
+        log.debug("not at INFO")
+        out.close()
+    finally:
+        log.setup()
+    [ev] = [json.loads(line) for line in path.read_text().splitlines()]
+    assert (ev["level"], ev["event"]) == ("warn", "careful")
+
+
+def test_importing_configures_nothing() -> None:
+    code = ("import structlog, pmc.log, pmc.observe, pmc.metrics, pmc.status, pmc.report, "
+            "pmc.cli\n"
+            "assert not structlog.is_configured()\n"
+            "assert pmc.log._sink is None and pmc.log._stream is None\n"
+            "import logging\n"
+            "assert not logging.getLogger().handlers\n")
+    r = subprocess.run([sys.executable, "-c", code], env=clean_env(), capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_log_output_rejects_unknown_format() -> None:
+    with pytest.raises(ValueError):
+        LogOutput("xml")
