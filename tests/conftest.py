@@ -1,76 +1,12 @@
-"""Shared helpers: run pmc as a real process, write DAGs, find the pip MPI's mpiexec."""
+"""Fixtures shared by the tests; the plain helpers are in pmctest.py."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
-import sysconfig
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-def find_mpiexec() -> str | None:
-    scripts = Path(sysconfig.get_path("scripts"))
-    for name in ("mpiexec", "mpiexec.hydra"):
-        candidate = scripts / name
-        if candidate.exists():
-            return str(candidate)
-    return shutil.which("mpiexec")
-
-
-MPIEXEC = find_mpiexec()
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    """The environment a user's shell would give pmc: no launcher variables from outside."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PMI_", "PMIX_", "OMPI_", "SLURM_", "ALPS_", "PMC_", "MPI_"))}
-    env.update(extra)
-    return env
-
-
-def pmc(args: Sequence[str], cwd: Path, *, timeout: float = 120, env: dict[str, str] | None = None,
-        input: bytes | None = None) -> subprocess.CompletedProcess[str]:
-    """``python -m pmc ARGS`` in cwd."""
-    return subprocess.run(
-        [sys.executable, "-m", "pmc", *args], cwd=cwd, env=env or clean_env(),
-        capture_output=True, text=True, timeout=timeout,
-    )
-
-
-def pmc_mpi(n: int, args: Sequence[str], cwd: Path, *, timeout: float = 180,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """``mpiexec -n N python -m pmc ARGS`` with the pip MPI."""
-    if MPIEXEC is None:
-        pytest.skip("mpiexec not installed (pip install '.[mpi]')")
-    return subprocess.run(
-        [MPIEXEC, "-n", str(n), sys.executable, "-m", "pmc", *args], cwd=cwd,
-        env=env or clean_env(), capture_output=True, text=True, timeout=timeout,
-    )
-
-
-def write_dag(path: Path, text: str) -> Path:
-    path.write_text(text)
-    return path
-
-
-DIAMOND = """\
-TASK A /bin/echo "I am A"
-TASK B /bin/echo "I am B"
-TASK C /bin/echo "I am C"
-TASK D /bin/echo "I am D"
-
-EDGE A B
-EDGE A C
-EDGE B D
-EDGE C D
-"""
+from pmctest import DIAMOND, pmc, pmc_mpi, write_dag
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import DIAMOND, clean_env, pmc, write_dag
+from pmctest import DIAMOND, clean_env, pmc, write_dag
 
 PY = sys.executable
 
@@ -393,7 +393,7 @@ def test_no_resource_log(tmp_path: Path) -> None:
 
 
 def test_no_sleep_on_recv_under_mpi(tmp_path: Path) -> None:
-    from conftest import pmc_mpi
+    from pmctest import pmc_mpi
 
     dag = write_dag(tmp_path / "d.dag", DIAMOND)
     r = pmc_mpi(3, ["run", "--no-sleep-on-recv", dag.name], tmp_path)

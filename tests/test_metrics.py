@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import MPIEXEC, REPO, clean_env, pmc, write_dag
+from pmctest import MPIEXEC, REPO, clean_env, pmc, write_dag
 from prometheus_client.parser import text_string_to_metric_families
 
 from pmc.events import RunInfo, Summary

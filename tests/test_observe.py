@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import clean_env, pmc, pmc_mpi, write_dag
+from pmctest import clean_env, pmc, pmc_mpi, write_dag
 
 from pmc import log
 from pmc.observe import LogOutput, setup_logging

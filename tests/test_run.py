@@ -10,7 +10,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from conftest import DIAMOND, clean_env, pmc, pmc_mpi, write_dag
+from pmctest import DIAMOND, clean_env, pmc, pmc_mpi, write_dag
 
 CLUSTER_TASK = re.compile(
     r'^\[cluster-task name=(\w+), start="[0-9T:.+-]+", duration=\d+\.\d{3}, status=(-?\d+), '
