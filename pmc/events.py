@@ -56,6 +56,21 @@ class Summary:
     held: int = 0
     per_host_runtime: dict[str, float] = field(default_factory=dict)
 
+    # The end-of-run figures, defined once for the log lines, the events and the metrics.
+    @property
+    def utilization(self) -> float:
+        """Summed task runtime over wall time x task slots (the manual's "without master")."""
+        return self.runtime / ((self.wall or 1e-9) * max(self.slots, 1))
+
+    @property
+    def utilization_with_master(self) -> float:
+        return self.runtime / ((self.wall or 1e-9) * (max(self.slots, 1) + 1))
+
+    @property
+    def throughput(self) -> float:
+        """Finished tasks (succeeded or failed) per second of wall time."""
+        return (self.succeeded + self.failed) / (self.wall or 1e-9)
+
 
 class Observer:
     """No-op hooks; subclasses override what they need."""

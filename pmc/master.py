@@ -513,19 +513,16 @@ def _describe_status(status: int) -> str:
     return f"exit code {status}"
 
 
-def write_summary(summary: Summary, slots_with_master: int) -> None:
+def write_summary(summary: Summary) -> None:
     """The [cluster-summary] record on stdout and the end-of-run log lines."""
     try:
         sys.stdout.write(cluster_summary_record(summary))
         sys.stdout.flush()
     except (OSError, ValueError):
         pass
-    wall = summary.wall or 1e-9
-    slots = max(summary.slots, 1)
     log.info(f"Total runtime of tasks: {summary.runtime:.3f} seconds")
     log.info(f"Wall time: {summary.wall:.3f} seconds")
     log.info(f"Makespan: {summary.makespan:.3f} seconds")
-    log.info(f"Resource utilization (with master): "
-             f"{summary.runtime / (wall * (slots + slots_with_master)):.3f}")
-    log.info(f"Resource utilization (without master): {summary.runtime / (wall * slots):.3f}")
-    log.info(f"Throughput: {(summary.succeeded + summary.failed) / wall:.3f} tasks/second")
+    log.info(f"Resource utilization (with master): {summary.utilization_with_master:.3f}")
+    log.info(f"Resource utilization (without master): {summary.utilization:.3f}")
+    log.info(f"Throughput: {summary.throughput:.3f} tasks/second")

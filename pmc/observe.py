@@ -244,12 +244,11 @@ class EventLog(Observer):
 
 
 def summary_figures(s: Summary) -> dict[str, float]:
-    """The end-of-run figures (same definitions as the [INFO] lines of write_summary)."""
-    wall = s.wall or 1e-9
+    """The end-of-run figures, as the [INFO] lines of write_summary give them."""
     return {
-        "utilization": s.runtime / (wall * max(s.slots, 1)),
-        "utilization_with_master": s.runtime / (wall * (max(s.slots, 1) + 1)),
-        "throughput": (s.succeeded + s.failed) / wall,
+        "utilization": s.utilization,
+        "utilization_with_master": s.utilization_with_master,
+        "throughput": s.throughput,
     }
 
 

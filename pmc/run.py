@@ -146,7 +146,7 @@ def _run_with_transport(opts: RunOptions, dag: DAG, done: set[int],
     for obs in all_observers:
         obs.finished(summary)
         obs.close()
-    write_summary(summary, 1)
+    write_summary(summary)
     if summary.outcome == "succeeded":
         log.info("Workflow finished successfully")
         return EXIT_OK
