@@ -8,6 +8,7 @@ main ``pmc`` parser; ``python -m pmc.adapters.cli`` runs them on their own.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 from collections.abc import Callable, Sequence
@@ -66,11 +67,18 @@ def _check_dag(dag: str) -> None:
         raise SiteError(str(e)) from e
 
 
-def _script_text(args: argparse.Namespace) -> tuple[Site, Scheduler, str, str]:
+def _script_text(
+    args: argparse.Namespace, absolute: bool = False
+) -> tuple[Site, Scheduler, str, str]:
     site = load_site(args.site)
     sched = scheduler_for(site.scheduler)
-    path = args.script_path or default_script_path(args.dag, site.scheduler)
-    text = render_script(sched, site, args.dag, script_path=path, max_jobs=_max_jobs(args))
+    dag: str = args.dag
+    path = args.script_path or default_script_path(dag, site.scheduler)
+    if absolute:
+        # A submitted job (and every follow-up of a chain) must find the DAG and the
+        # script wherever its setup lines or its batch system leave it.
+        dag, path = os.path.abspath(dag), os.path.abspath(path)
+    text = render_script(sched, site, dag, script_path=path, max_jobs=_max_jobs(args))
     return site, sched, path, text
 
 
@@ -84,7 +92,7 @@ def cmd_script(args: argparse.Namespace) -> int:
 @_guarded
 def cmd_submit(args: argparse.Namespace) -> int:
     _check_dag(args.dag)
-    site, sched, path, text = _script_text(args)
+    site, sched, path, text = _script_text(args, absolute=True)
     write_script(path, text)
     job_id = sched.submit(path, site)
     print(job_id)

@@ -1,0 +1,224 @@
+"""Stand-ins for batch-system commands, installed by the tests under their real names
+(sbatch, squeue, scontrol, scancel, qsub, qstat, qdel, llsubmit, llq, llcancel, srun,
+mpiexec, aprun, poe, apptainer) first on PATH.
+
+Every call is recorded (argv, cwd, the scheduler variables it saw) as one JSON line in
+``$FAKE_STATE/calls.jsonl``. A submit gives the next job id and runs the script at once
+in real bash with the scheduler's environment; its exit status decides the job's
+state. Launchers start the command with the real MPICH ``mpiexec -n RANKS``
+(``$FAKE_REAL_MPIEXEC``) so the DAG really runs on several ranks. Status commands
+answer in the scheduler's own format for finished jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+STATE = Path(os.environ["FAKE_STATE"])
+SCHED_PREFIXES = ("SLURM_", "PBS_", "LOADL_", "ALPS_", "PMC_CHAIN")
+
+
+def record(tool: str, argv: list[str]) -> None:
+    env = {k: v for k, v in os.environ.items() if k.startswith(SCHED_PREFIXES)}
+    entry = {"tool": tool, "argv": argv, "cwd": os.getcwd(), "env": env}
+    with open(STATE / "calls.jsonl", "a") as f:
+        f.write(json.dumps(entry) + "\n")
+
+
+def next_id() -> int:
+    counter = STATE / "next_id"
+    n = int(counter.read_text()) if counter.exists() else 100
+    counter.write_text(str(n + 1))
+    return n
+
+
+def directive_values(script: str, prefix: str) -> list[str]:
+    out = []
+    for line in Path(script).read_text().splitlines():
+        if line.startswith(prefix):
+            out.append(line[len(prefix) :].strip())
+    return out
+
+
+def ranks_of(script: str, sched: str) -> int:
+    text = "\n".join(directive_values(script, {"pbs": "#PBS", "ll": "# @"}[sched]))
+    if sched == "pbs":
+        m = re.search(r"select=(\d+):ncpus=\d+:mpiprocs=(\d+)", text)
+        if m:
+            return int(m.group(1)) * int(m.group(2))
+        m = re.search(r"nodes=(\d+):ppn=(\d+)", text)
+        return int(m.group(1)) * int(m.group(2)) if m else 1
+    node = re.search(r"^node = (\d+)", text, re.M)
+    per = re.search(r"^tasks_per_node = (\d+)", text, re.M)
+    return (int(node.group(1)) if node else 1) * (int(per.group(1)) if per else 1)
+
+
+def run_job(job_id: str, script: str, env: dict[str, str], cwd: str) -> int:
+    # Batch systems keep a copy of the script taken at submit time and run that.
+    spool = STATE / f"spool-{job_id}.sh"
+    spool.write_text(Path(script).read_text())
+    out = STATE / f"job-{job_id}.out"
+    with open(out, "ab") as f:
+        rc = subprocess.call(
+            ["bash", str(spool)], env=env, cwd=cwd, stdout=f, stderr=subprocess.STDOUT
+        )
+    (STATE / f"job-{job_id}.json").write_text(json.dumps({"rc": rc}))
+    return rc
+
+
+def job_rc(job_id: str) -> int | None:
+    f = STATE / f"job-{job_id}.json"
+    if not f.exists():
+        return None
+    rc: int = json.loads(f.read_text())["rc"]
+    return rc
+
+
+def cancel(job_id: str) -> int:
+    f = STATE / f"job-{job_id}.json"
+    if not f.exists():
+        print(f"fake: no such job {job_id}", file=sys.stderr)
+        return 1
+    f.write_text(json.dumps({"rc": 271, "cancelled": True}))
+    return 0
+
+
+def sbatch(args: list[str]) -> int:
+    script = args[-1]
+    job_id = str(next_id())
+    env = dict(os.environ, SLURM_JOB_ID=job_id, SLURM_JOBID=job_id)
+    env.update(SLURM_SUBMIT_DIR=os.getcwd(), SLURM_JOB_NODELIST="localhost", SLURM_NNODES="1")
+    print(job_id)
+    sys.stdout.flush()
+    run_job(job_id, script, env, os.getcwd())
+    return 0
+
+
+def scontrol(args: list[str]) -> int:
+    job_id = args[-1]
+    rc = job_rc(job_id)
+    if rc is None:
+        print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
+        return 1
+    cancelled = json.loads((STATE / f"job-{job_id}.json").read_text()).get("cancelled")
+    state = "CANCELLED" if cancelled else ("COMPLETED" if rc == 0 else "FAILED")
+    print(f"JobId={job_id} JobName=fake\n   JobState={state} Reason=None Dependency=(null)")
+    print(f"   Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode={rc}:0")
+    return 0
+
+
+def qsub(args: list[str]) -> int:
+    script = args[-1]
+    job_id = f"{next_id()}.fakeserver"
+    nodefile = STATE / f"nodes-{job_id}"
+    nodefile.write_text("localhost\n" * ranks_of(script, "pbs"))
+    home = STATE / "home"
+    home.mkdir(exist_ok=True)
+    env = dict(os.environ, PBS_JOBID=job_id, PBS_NODEFILE=str(nodefile), HOME=str(home))
+    env.update(PBS_O_WORKDIR=os.getcwd(), PBS_ENVIRONMENT="PBS_BATCH", PBS_NUM_NODES="1")
+    print(job_id)
+    sys.stdout.flush()
+    # PBS starts the job script in $HOME, not where qsub ran.
+    run_job(job_id, script, env, str(home))
+    return 0
+
+
+def qstat(args: list[str]) -> int:
+    job_id = args[-1]
+    rc = job_rc(job_id)
+    if rc is None or "-x" not in args:
+        # A finished job has left the live queue; PBS Pro keeps it for qstat -x.
+        print(f"qstat: Unknown Job Id {job_id}", file=sys.stderr)
+        return 153
+    print(f"Job Id: {job_id}\n    Job_Name = fake\n    job_state = F\n    queue = workq")
+    print(f"    Exit_status = {rc}\n    Variable_List = PBS_O_HOME=/root,PBS_O_LANG=C,")
+    print("\tPBS_O_WORKDIR=/tmp")
+    return 0
+
+
+def llsubmit(args: list[str]) -> int:
+    script = args[-1]
+    n = next_id()
+    job_id = f"fakehost.example.org.{n}"
+    step = f"{job_id}.0"
+    ranks = ranks_of(script, "ll")
+    hostfile = STATE / f"hosts-{n}"
+    hostfile.write_text("localhost\n" * ranks)
+    env = dict(os.environ, LOADL_STEP_ID=step, LOADL_HOSTFILE=str(hostfile))
+    env.update(LOADL_TOTAL_TASKS=str(ranks), LOADL_JOB_NAME="fake", LOADL_STEP_INITDIR=os.getcwd())
+    print(f'llsubmit: The job "{job_id}" has been submitted.')
+    sys.stdout.flush()
+    run_job(step, script, env, os.getcwd())
+    return 0
+
+
+def llq(args: list[str]) -> int:
+    print("llq: There is currently no job status to report.")
+    return 0
+
+
+def launch(tool: str, args: list[str]) -> int:
+    if tool == "poe":
+        ranks = int(os.environ.get("LOADL_TOTAL_TASKS", "2"))
+        cmd = args
+    elif tool == "srun":
+        ranks = next(int(a.split("=", 1)[1]) for a in args if a.startswith("--ntasks="))
+        cmd = args[next(i for i, a in enumerate(args) if not a.startswith("-")) :]
+    else:  # mpiexec -n R -ppn P ..., aprun -n R -N P -d C ...
+        ranks = int(args[args.index("-n") + 1])
+        i = 0
+        while i < len(args) and args[i].startswith("-"):
+            i += 2
+        cmd = args[i:]
+    # The real mpiexec must not mistake this for a Slurm or PBS job it could use.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(SCHED_PREFIXES[:4])}
+    real = os.environ["FAKE_REAL_MPIEXEC"]
+    return subprocess.call([real, "-n", str(ranks), *cmd], env=env)
+
+
+def apptainer(args: list[str]) -> int:
+    i = 1  # after "exec"
+    while args[i].startswith("-"):
+        i += 2 if args[i] in ("--bind", "-B") else 1
+    image, cmd = args[i], args[i + 1 :]
+    if not Path(image).exists():
+        print(f"FATAL: could not open image {image}: no such file", file=sys.stderr)
+        return 255
+    os.execvp(cmd[0], cmd)
+
+
+def main() -> int:
+    tool = Path(sys.argv[0]).name
+    args = sys.argv[1:]
+    record(tool, args)
+    if tool == "sbatch":
+        return sbatch(args)
+    if tool == "squeue":
+        return 0  # finished jobs are not listed; exit 0, as the real squeue
+    if tool == "scontrol":
+        return scontrol(args)
+    if tool in ("scancel", "qdel", "llcancel"):
+        return cancel(args[-1])
+    if tool == "qsub":
+        return qsub(args)
+    if tool == "qstat":
+        return qstat(args)
+    if tool == "llsubmit":
+        return llsubmit(args)
+    if tool == "llq":
+        return llq(args)
+    if tool in ("srun", "mpiexec", "aprun", "poe"):
+        return launch(tool, args)
+    if tool == "apptainer":
+        return apptainer(args)
+    print(f"fakesched: unknown tool {tool}", file=sys.stderr)
+    return 127
+
+
+if __name__ == "__main__":
+    sys.exit(main())
