@@ -1,0 +1,19 @@
+#!/bin/bash
+#PBS -N pmc-workflow
+#PBS -A bajs
+#PBS -q normal
+#PBS -l walltime=12:00:00
+#PBS -l nodes=16:ppn=32:xe
+#PBS -l mem=983040mb
+# pmc batch script for site example-torque-cray (pbs, launcher aprun).
+# Every value from the profile is quoted; only the setup lines are raw shell.
+cd "${PBS_O_WORKDIR:-.}" || exit 1
+PMC_CHAIN_INDEX="${PMC_CHAIN_INDEX:-1}"
+export PMC_CHAIN_INDEX
+# A TERM at the time limit must not end this script before pmc has saved its
+# state; pmc gets the signal itself.
+trap 'echo "pmc: batch script got SIGTERM" >&2' TERM
+aprun -n 16 -N 1 -d 32 pmc run --host-script /u/sciteam/me/bin/start-memcached.sh --worker-slots 32 --host-cpus 32 --host-memory 61440 --max-wall-time 705 workflow.dag
+rc=$?
+echo "pmc: run exited with status $rc (job ${PBS_JOBID:-?}, chain link $PMC_CHAIN_INDEX)" >&2
+exit "$rc"

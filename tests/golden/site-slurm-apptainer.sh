@@ -1,0 +1,19 @@
+#!/bin/bash
+#SBATCH --job-name=pmc-workflow
+#SBATCH --account=proj123
+#SBATCH --partition=compute
+#SBATCH --time=01:00:00
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=8
+#SBATCH --cpus-per-task=1
+# pmc batch script for site example-slurm-container (slurm, launcher srun).
+# Every value from the profile is quoted; only the setup lines are raw shell.
+PMC_CHAIN_INDEX="${PMC_CHAIN_INDEX:-1}"
+export PMC_CHAIN_INDEX
+# A TERM at the time limit must not end this script before pmc has saved its
+# state; pmc gets the signal itself.
+trap 'echo "pmc: batch script got SIGTERM" >&2' TERM
+srun --mpi=pmi2 --kill-on-bad-exit=1 --ntasks=16 --ntasks-per-node=8 --cpus-per-task=1 apptainer exec --bind /scratch --bind /project/data:/data:ro /project/images/pmc.sif pmc run --max-wall-time 54 workflow.dag
+rc=$?
+echo "pmc: run exited with status $rc (job ${SLURM_JOB_ID:-?}, chain link $PMC_CHAIN_INDEX)" >&2
+exit "$rc"

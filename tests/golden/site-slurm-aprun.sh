@@ -1,0 +1,19 @@
+#!/bin/bash
+#SBATCH --job-name=pmc-workflow
+#SBATCH --account=proj123
+#SBATCH --partition=regular
+#SBATCH --time=04:00:00
+#SBATCH --nodes=8
+#SBATCH --ntasks-per-node=1
+#SBATCH --cpus-per-task=32
+# pmc batch script for site example-cray-slurm (slurm, launcher aprun).
+# Every value from the profile is quoted; only the setup lines are raw shell.
+PMC_CHAIN_INDEX="${PMC_CHAIN_INDEX:-1}"
+export PMC_CHAIN_INDEX
+# A TERM at the time limit must not end this script before pmc has saved its
+# state; pmc gets the signal itself.
+trap 'echo "pmc: batch script got SIGTERM" >&2' TERM
+aprun -n 8 -N 1 -d 32 pmc run --worker-slots 32 --host-cpus 32 --max-wall-time 230 workflow.dag
+rc=$?
+echo "pmc: run exited with status $rc (job ${SLURM_JOB_ID:-?}, chain link $PMC_CHAIN_INDEX)" >&2
+exit "$rc"

@@ -1,0 +1,26 @@
+#!/bin/bash
+#SBATCH --job-name=pmc-workflow
+#SBATCH --partition=debug
+#SBATCH --time=00:05:00
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=3
+#SBATCH --cpus-per-task=1
+# pmc batch script for site ci-slurm (slurm, launcher srun).
+# Every value from the profile is quoted; only the setup lines are raw shell.
+PMC_CHAIN_INDEX="${PMC_CHAIN_INDEX:-1}"
+export PMC_CHAIN_INDEX
+# A TERM at the time limit must not end this script before pmc has saved its
+# state; pmc gets the signal itself.
+trap 'echo "pmc: batch script got SIGTERM" >&2' TERM
+srun --mpi=pmi2 --kill-on-bad-exit=1 --ntasks=3 --ntasks-per-node=3 --cpus-per-task=1 pmc run --max-wall-time 4 workflow.dag
+rc=$?
+echo "pmc: run exited with status $rc (job ${SLURM_JOB_ID:-?}, chain link $PMC_CHAIN_INDEX)" >&2
+if [ "$rc" -eq 3 ] && [ "$PMC_CHAIN_INDEX" -lt 5 ]; then
+    PMC_CHAIN_INDEX=$((PMC_CHAIN_INDEX + 1))
+    export PMC_CHAIN_INDEX
+    echo "pmc: workflow incomplete; submitting job $PMC_CHAIN_INDEX of 5" >&2
+    sbatch --parsable --dependency="afterany:$SLURM_JOB_ID" workflow.dag.slurm.sh || echo "pmc: could not submit the follow-up job" >&2
+elif [ "$rc" -eq 3 ]; then
+    echo "pmc: workflow incomplete after 5 jobs; chain ends" >&2
+fi
+exit "$rc"
