@@ -369,7 +369,15 @@ class Master:
                 error = self.write_forwards(task.name, res.forwards)
             good.append((res, error))
         assert self.rescue is not None
-        self.rescue.record(tasks[r.id].name for r, err in good if r.status == 0 and err is None)
+        names = [tasks[r.id].name for r, err in good if r.status == 0 and err is None]
+        if self.rescue.write(names):
+            if len(names) == len(good) and self.stop_reason is None:
+                # All tries in the batch succeeded, so nothing here can stop the run:
+                # the freed slots take tasks that were already ready while the records
+                # reach the disk. These tasks count as done, and their children become
+                # ready, only after the sync.
+                self.dispatch()
+            self.rescue.sync()
         for res, error in good:
             task = tasks[res.id]
             ok = res.status == 0 and error is None

@@ -82,10 +82,22 @@ class RescueLog:
 
     def record(self, names: Iterable[str]) -> None:
         """Append DONE records and make them durable before returning."""
+        if self.write(names):
+            self.sync()
+
+    def write(self, names: Iterable[str]) -> bool:
+        """Append DONE records with one write(), not yet durable; False if none.
+
+        The master lets other work (sending ready tasks to freed slots) overlap the
+        ``sync()`` that must follow before the tasks count as done."""
         data = _records(names)
-        if data:
-            _write_all(self.fd, data)
-            os.fdatasync(self.fd)
+        if not data:
+            return False
+        _write_all(self.fd, data)
+        return True
+
+    def sync(self) -> None:
+        os.fdatasync(self.fd)
 
     def close(self) -> None:
         if self.fd >= 0:
