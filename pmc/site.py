@@ -183,6 +183,11 @@ def _explain(source: str, e: jsonschema.ValidationError, schema: dict[str, Any])
     if e.validator == "enum":
         allowed_values = ", ".join(str(v) for v in list(sub.get("enum", [])))
         return f"{where}: bad value {_show(e.instance)}; allowed: {allowed_values}"
+    if e.validator == "propertyNames" or "propertyNames" in e.absolute_schema_path:
+        return (
+            f"{where}: bad variable name {_show(e.instance)}: letters, digits and _ "
+            "only, not starting with a digit"
+        )
     if e.validator == "pattern" and isinstance(e.instance, str):
         if "\\n" in str(e.validator_value):
             return (
@@ -190,11 +195,6 @@ def _explain(source: str, e: jsonschema.ValidationError, schema: dict[str, Any])
                 "(a newline, carriage return or NUL would end the directive)"
             )
         return f"{where}: bad value {_show(e.instance)}: must match {e.validator_value}"
-    if e.validator == "propertyNames":
-        return (
-            f"{where}: bad variable name {_show(e.instance)}: letters, digits and _ "
-            "only, not starting with a digit"
-        )
     if e.validator == "type":
         expected = e.validator_value
         want = " or ".join(expected) if isinstance(expected, list) else str(expected)

@@ -18,10 +18,23 @@ import yaml
 
 HERE = Path(__file__).parent
 REPO = HERE.parent.parent
-FAKE_TOOLS = (
-    "sbatch squeue scontrol scancel qsub qstat qdel llsubmit llq llcancel "
-    "srun mpiexec aprun poe apptainer"
-).split()
+FAKE_TOOLS = [
+    "sbatch",
+    "squeue",
+    "scontrol",
+    "scancel",
+    "qsub",
+    "qstat",
+    "qdel",
+    "llsubmit",
+    "llq",
+    "llcancel",
+    "srun",
+    "mpiexec",
+    "aprun",
+    "poe",
+    "apptainer",
+]
 
 DIAMOND = """\
 TASK A /bin/echo "I am A"

@@ -4,6 +4,7 @@ environment, and the DAG really runs on several MPI ranks."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from pathlib import Path
 
@@ -102,7 +103,7 @@ def test_container_line_runs_pmc_inside_the_image(fakes: Fakes) -> None:
     assert len(calls) == 3  # one per rank
     argv = calls[0]["argv"]
     assert argv[:6] == ["exec", "--bind", "/scratch", "--bind", "/data:/data:ro", str(image)]
-    assert argv[6:9] == python_pmc()[:1] + ["-m", "pmc"]
+    assert argv[6:9] == [*python_pmc()[:1], "-m", "pmc"]
     assert "run" in argv and argv[-1] == str(fakes.work / "diamond.dag")
     assert rescue_done(fakes.work / "diamond.dag.rescue") == ["A", "B", "C", "D"]
 
@@ -143,9 +144,11 @@ def test_until_done_chain_resumes_until_the_workflow_succeeds(fakes: Fakes) -> N
     submits = fakes.calls("qsub")
     assert len(submits) >= 2
     # Follow-ups depend on the job before them and carry the chain index.
-    for prev, nxt in zip(submits, submits[1:], strict=False):
+    for prev, nxt in itertools.pairwise(submits):
         assert "-W" in nxt["argv"] and any(a.startswith("depend=afterany:") for a in nxt["argv"])
-        assert int(nxt["env"]["PMC_CHAIN_INDEX"]) == int(prev["env"].get("PMC_CHAIN_INDEX", "1")) + 1
+        assert (
+            int(nxt["env"]["PMC_CHAIN_INDEX"]) == int(prev["env"].get("PMC_CHAIN_INDEX", "1")) + 1
+        )
     assert rescue_done(fakes.work / "par.dag.rescue") == sorted(f"t{i}" for i in range(8))
     ran = (fakes.work / "ran.txt").read_text().split()
     assert sorted(ran) == sorted(f"t{i}" for i in range(8)), "a finished task ran again"
@@ -157,7 +160,9 @@ def test_until_done_chain_stops_at_max_jobs(fakes: Fakes) -> None:
     (fakes.work / "par.dag").write_text(_parallel_dag(12, 2))
     data = base_profile("slurm", walltime="0:15", walltime_margin="0:10")
     site = fakes.profile("site.yaml", data)
-    fakes.pmc("submit", "--site", str(site), "--until-done", "--max-jobs", "2", "par.dag", check=True)
+    fakes.pmc(
+        "submit", "--site", str(site), "--until-done", "--max-jobs", "2", "par.dag", check=True
+    )
     assert len(fakes.calls("sbatch")) == 2
     out = fakes.job_output()
     assert "workflow incomplete after 2 jobs; chain ends" in out

@@ -11,8 +11,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from pmc.adapters import script_for
+
 from pmc.site import load_site
 
 REPO = Path(__file__).resolve().parents[2]

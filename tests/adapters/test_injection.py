@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 from conftest import Fakes, base_profile, rescue_done
-
 from pmc.adapters import AdapterError, script_for
+
 from pmc.site import SiteError, parse_site
 
 EVIL = "x$(touch PWNED1)`touch PWNED2`;touch PWNED3 'q' \"dq\" $HOME \\ && touch PWNED4 #"
@@ -113,7 +113,7 @@ def test_newline_in_raw_directive_or_job_name_from_dag_is_rejected(scheduler: st
     with pytest.raises(SiteError, match=r"directives\[0\]: bad value .* must be one line"):
         parse_site(data, "p.yaml")
     site = parse_site(base_profile(scheduler))
-    with pytest.raises(AdapterError, match="job name: bad value .* must be one line"):
+    with pytest.raises(AdapterError, match=r"job name: bad value .* must be one line"):
         script_for(site, "evil\ntouch PWNED.dag")
 
 
