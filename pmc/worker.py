@@ -102,6 +102,7 @@ class Worker:
             self.out_fd = _open_append(config.out_path.format(rank=self.rank))
             self.err_fd = _open_append(config.err_path.format(rank=self.rank))
         _close_on_exec_all()
+        self.guard_fd = _start_guard()
         self.base_env = dict(os.environ)
         for var in ("PMC_AFFINITY",):
             self.base_env.pop(var, None)
@@ -136,6 +137,7 @@ class Worker:
         except OSError as e:
             return False, f"Unable to start host script {path}: {e.strerror}"
         proc = self.host_script
+        self.guard(b"+%d\n" % proc.pid)  # its group lives until the end of the run
         timeout = self.cfg.host_script_timeout
         try:
             code = proc.wait(timeout)
@@ -256,7 +258,17 @@ class Worker:
         for fd in r.pipes:
             self.sel.register(fd, selectors.EVENT_READ, (r, fd))
         self.running[r.pid] = r
+        self.guard(b"+%d\n" % r.pid)
         log.debug(f"Task {spec.name} started as pid {r.pid}")
+
+    def guard(self, line: bytes) -> None:
+        """Tell the guard which process groups to kill should this worker die."""
+        if self.guard_fd >= 0:
+            try:
+                os.write(self.guard_fd, line)
+            except OSError:
+                os.close(self.guard_fd)
+                self.guard_fd = -1
 
     def fail_now(self, spec: TaskSpec, message: str, status: int = 1) -> None:
         log.error(f"Task {spec.name} failed: {message}")
@@ -298,6 +310,7 @@ class Worker:
         self.sel.unregister(r.pidfd)
         os.close(r.pidfd)
         del self.running[r.pid]
+        self.guard(b"-%d\n" % r.pid)
         for fd in list(r.pipes):
             self.read_pipe(r, fd)
             if fd in r.pipes:  # still open (a grandchild holds it): take what is there
@@ -491,6 +504,64 @@ def _close_on_exec_all() -> None:
                 os.set_inheritable(fd, False)
             except OSError:
                 pass  # the listing's own descriptor, already closed
+
+
+# The guard: a small process in its own session, started by each worker, that outlives
+# it. The worker announces every task's process group ("+PGID" when started, "-PGID"
+# when reaped) on a pipe only it holds; when that pipe reaches EOF the worker is gone
+# (exited, or killed with SIGKILL, e.g. by mpiexec tearing down the job, where nothing of
+# the worker can run), and the guard terminates the groups still announced: SIGTERM, then
+# SIGKILL after the grace period. No per-task preexec, no PR_SET_PDEATHSIG.
+_GUARD = """
+import os, signal, time
+for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(s, signal.SIG_IGN)
+groups, buf = set(), b""
+while True:
+    data = os.read(0, 65536)
+    if not data:
+        break
+    *lines, buf = (buf + data).split(b"\\n")
+    for line in lines:
+        (groups.add if line[:1] == b"+" else groups.discard)(int(line[1:]))
+def signal_all(sig):
+    alive = set()
+    for g in groups:
+        try:
+            os.killpg(g, sig)
+            alive.add(g)
+        except OSError:
+            pass
+    return alive
+groups = signal_all(signal.SIGTERM)
+deadline = time.monotonic() + GRACE
+while groups and time.monotonic() < deadline:
+    time.sleep(0.05)
+    groups = signal_all(0)
+signal_all(signal.SIGKILL)
+"""
+
+
+def _start_guard() -> int:
+    """Start the guard; return the write end of its pipe (-1 if it could not start)."""
+    rd, wr = os.pipe()
+    try:
+        os.posix_spawn(
+            sys.executable, [sys.executable, "-I", "-S", "-c",
+                             _GUARD.replace("GRACE", repr(KILL_GRACE))], os.environ,
+            file_actions=[(os.POSIX_SPAWN_DUP2, rd, 0),
+                          (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+                          (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)],
+            setsid=True,
+        )
+    except OSError as e:
+        log.warn(f"Cannot start the task guard ({e.strerror}): tasks may outlive a killed "
+                 "worker")
+        os.close(wr)
+        wr = -1
+    finally:
+        os.close(rd)
+    return wr
 
 
 def _clear_affinity() -> None:

@@ -1,0 +1,207 @@
+"""Helpers for fault injection: start pmc as a real process tree, find its processes
+through /proc (by parentage or by a unique marker in the DAG's commands), measure them,
+and make sure nothing a test started outlives it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+
+
+def _find_mpiexec() -> str | None:
+    scripts = Path(sysconfig.get_path("scripts"))
+    for name in ("mpiexec", "mpiexec.hydra"):
+        if (scripts / name).exists():
+            return str(scripts / name)
+    return shutil.which("mpiexec")
+
+
+MPIEXEC = _find_mpiexec()
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The environment a user's shell would give pmc: no launcher variables from outside."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PMI_", "PMIX_", "OMPI_", "SLURM_", "ALPS_", "PMC_", "MPI_"))}
+    env.update(extra)
+    return env
+
+
+def _stat(pid: int) -> tuple[int, int, int] | None:
+    """(ppid, pgid, sid) of a live process, None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    fields = data[data.rindex(b")") + 2 :].split()
+    if fields[0] == b"Z":
+        return None  # a zombie has exited; only its parent's wait is missing
+    return int(fields[1]), int(fields[2]), int(fields[3])
+
+
+def all_pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def alive(pid: int) -> bool:
+    return _stat(pid) is not None
+
+
+def descendants(root: int) -> set[int]:
+    """Every live process below ``root`` (children, grandchildren, ...)."""
+    children: dict[int, list[int]] = {}
+    for pid in all_pids():
+        st = _stat(pid)
+        if st is not None:
+            children.setdefault(st[0], []).append(pid)
+    out: set[int] = set()
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in out:
+                out.add(child)
+                todo.append(child)
+    return out
+
+
+def cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def with_marker(marker: str) -> set[int]:
+    """Live processes whose command line contains ``marker``."""
+    me = os.getpid()
+    return {pid for pid in all_pids() if pid != me and marker in cmdline(pid) and alive(pid)}
+
+
+def environ(pid: int) -> dict[str, str]:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            data = f.read()
+    except OSError:
+        return {}
+    out = {}
+    for item in data.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            out[key.decode(errors="replace")] = value.decode(errors="replace")
+    return out
+
+
+def mpi_ranks(launcher_pid: int) -> dict[int, int]:
+    """rank -> pid of the MPI processes started by ``launcher_pid`` (mpiexec)."""
+    out = {}
+    for pid in descendants(launcher_pid):
+        rank = environ(pid).get("PMI_RANK")
+        if rank is not None and " -m pmc run " in cmdline(pid):
+            out[int(rank)] = pid
+    return out
+
+
+def status_kb(pid: int, field: str) -> int:
+    """A ``kB`` field (VmRSS, VmHWM) of /proc/PID/status."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise KeyError(field)
+
+
+def fd_count(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def wait_for(cond: Callable[[], bool], timeout: float, what: str, step: float = 0.02) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(step)
+
+
+def wait_gone(pids: set[int], timeout: float) -> set[int]:
+    """Wait until none of ``pids`` is alive; return the survivors (empty on success)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = {p for p in pids if alive(p)}
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
+def kill_groups(pids: set[int]) -> None:
+    """SIGKILL the process groups of processes this test started (clean-up only)."""
+    for pid in pids:
+        st = _stat(pid)
+        if st is None:
+            continue
+        try:
+            if st[1] > 1 and st[1] != os.getpgrp():
+                os.killpg(st[1], signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def pmc_argv(args: Sequence[str]) -> list[str]:
+    return [sys.executable, "-m", "pmc", *args]
+
+
+def mpi_argv(n: int, args: Sequence[str]) -> list[str]:
+    if MPIEXEC is None:
+        pytest.skip("mpiexec not installed (pip install '.[mpi]')")
+    return [MPIEXEC, "-n", str(n), sys.executable, "-m", "pmc", *args]
+
+
+def start(argv: Sequence[str], cwd: Path, out: Path | None = None,
+          env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start pmc (or mpiexec) with stdout/stderr in files ``out``.stdout / ``out``.stderr."""
+    out = out or cwd / "run"
+    with open(f"{out}.stdout", "ab") as so, open(f"{out}.stderr", "ab") as se:
+        return subprocess.Popen(list(argv), cwd=cwd, env=env or clean_env(), stdout=so,
+                                stderr=se, stdin=subprocess.DEVNULL)
+
+
+def finish(proc: subprocess.Popen[bytes], timeout: float, what: str = "pmc") -> int:
+    """Wait for ``proc``; a hang fails the test (and kills the process tree)."""
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        tree = descendants(proc.pid) | {proc.pid}
+        shown = "; ".join(f"{p}: {cmdline(p)[:100]}" for p in sorted(tree))
+        kill_groups(tree)
+        proc.wait()
+        raise AssertionError(f"{what} did not finish within {timeout:g} s: {shown}") from None
+
+
+def rescue_names(path: Path) -> list[str]:
+    """Names recorded DONE (complete records only; a torn tail is not a record)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    out = []
+    for line in data.split(b"\n"):
+        fields = line.split()
+        if len(fields) == 2 and fields[0] == b"DONE":
+            out.append(fields[1].decode())
+    return out
+
+
+def new_marker() -> str:
+    return f"pmcfault{uuid.uuid4().hex[:12]}"

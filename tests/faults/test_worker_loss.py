@@ -1,0 +1,134 @@
+"""A worker dies (kill -9 of a worker process or rank) while its tasks run.
+
+Embedded: the master requeues the lost worker's task, another worker runs it, the run
+succeeds and the loss is not a task failure. Under MPI: mpiexec tears the job down, and
+the run ends within seconds with a valid rescue log. In both, the dead worker's tasks
+(and their children) do not survive it: the worker's guard terminates their groups.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from faultkit import (
+    cmdline,
+    descendants,
+    finish,
+    mpi_argv,
+    mpi_ranks,
+    pmc_argv,
+    rescue_names,
+    start,
+    wait_for,
+    wait_gone,
+)
+
+pytestmark = pytest.mark.faults
+
+# Runs until the test creates "release"; a child of the task blocks the same way, so the
+# task's whole process group has to be terminated.
+BLOCK = ("/bin/sh -c 'echo $PMC_TASK >> ran.log; "
+         "(while [ ! -e release ]; do sleep 0.1; done) & wait' {marker}")
+QUICK = "/bin/sh -c 'echo $PMC_TASK >> ran.log' {marker}"
+SUMMARY = re.compile(r"\[cluster-summary stat=\"(\w+)\", tasks=(\d+), submitted=(\d+), "
+                     r"succeeded=(\d+), failed=(\d+), extra=(\d+),")
+
+
+def lines(path: Path) -> list[str]:
+    try:
+        return path.read_text().split()
+    except FileNotFoundError:
+        return []
+
+
+def worker_pid(master: int, rank: int) -> int:
+    for pid in descendants(master):
+        argv = cmdline(pid)
+        if "pmc.worker" in argv and f"--rank {rank} " in argv:
+            return pid
+    raise AssertionError(f"no worker {rank} under {master}")
+
+
+def test_embedded_lost_worker_task_runs_elsewhere(tmp_path: Path, marker: str) -> None:
+    dag = "".join(f"TASK b{i} {BLOCK.format(marker=marker)}\n" for i in range(3))
+    (tmp_path / "w.dag").write_text(dag)
+    proc = start(pmc_argv(["run", "w.dag", "--workers", "2"]), tmp_path)
+    try:
+        wait_for(lambda: len(lines(tmp_path / "ran.log")) >= 2, 30, "two tasks running")
+        victim = worker_pid(proc.pid, 1)
+        tasks = descendants(victim)
+        assert tasks, "the worker runs a task"
+        os.kill(victim, signal.SIGKILL)
+        left = wait_gone(tasks, 10)
+        assert not left, f"the killed worker's task processes survived: {left}"
+        (tmp_path / "release").touch()
+        code = finish(proc, 60)
+    finally:
+        (tmp_path / "release").touch()
+    out = (tmp_path / "run.stdout").read_text()
+    err = (tmp_path / "run.stderr").read_text()
+    assert code == 0, err
+    assert "Worker 1 was lost; 1 task(s) it was running will run again elsewhere" in err
+    assert "failed (try" not in err, "a lost worker is not a task failure"
+    m = SUMMARY.search(out)
+    assert m is not None and m.group(1) == "ok" and m.group(5) == "0", out
+    assert sorted(rescue_names(tmp_path / "w.dag.rescue")) == ["b0", "b1", "b2"]
+    ran = lines(tmp_path / "ran.log")
+    assert sorted(set(ran)) == ["b0", "b1", "b2"]
+    assert len(ran) == 4, "exactly the lost task ran twice"
+
+
+def test_mpi_lost_worker_rank_ends_the_run(tmp_path: Path, marker: str) -> None:
+    quick = [f"TASK q{i} {QUICK.format(marker=marker)}\n" for i in range(4)]
+    block = [f"TASK b{i} {BLOCK.format(marker=marker)}\n" for i in range(4)]
+    # The quick tasks come first (DAG order), so the rescue log has records at the kill.
+    (tmp_path / "w.dag").write_text("".join(quick + block))
+    proc = start(mpi_argv(3, ["run", "w.dag"]), tmp_path)
+    try:
+        wait_for(lambda: sum(n.startswith("b") for n in lines(tmp_path / "ran.log")) >= 2,
+                 60, "two blocking tasks running")
+        ranks = mpi_ranks(proc.pid)
+        tree = descendants(proc.pid)
+        t0 = time.monotonic()
+        os.kill(ranks[1], signal.SIGKILL)
+        finish(proc, 20, "mpiexec after a worker rank was killed")
+        ended = time.monotonic() - t0
+        left = wait_gone(tree, 10)
+        assert not left, f"processes outlived the job: {[cmdline(p) for p in left]}"
+    finally:
+        (tmp_path / "release").touch()
+    data = (tmp_path / "w.dag.rescue").read_bytes()
+    assert data.startswith(b"\n") and not data.endswith(b"\n"), "newline-first records"
+    assert sorted(rescue_names(tmp_path / "w.dag.rescue")) == ["q0", "q1", "q2", "q3"]
+    print(f"\n[worker-loss] mpi: job ended {ended:.2f} s after kill -9 of rank 1")
+    # The rescue log is good for a restart that finishes the rest.
+    again = start(mpi_argv(3, ["run", "w.dag"]), tmp_path, tmp_path / "again")
+    assert finish(again, 60) == 0, (tmp_path / "again.stderr").read_text()
+    assert sorted(rescue_names(tmp_path / "w.dag.rescue")) == [
+        "b0", "b1", "b2", "b3", "q0", "q1", "q2", "q3"]
+    assert sorted(lines(tmp_path / "ran.log")).count("q0") == 1, "done tasks do not rerun"
+
+
+@pytest.mark.parametrize("mode", ["local", "mpi"])
+def test_killed_master_leaves_no_tasks(mode: str, tmp_path: Path, marker: str) -> None:
+    """kill -9 of the master while long tasks (with children) run: no process survives."""
+    (tmp_path / "w.dag").write_text(
+        "".join(f"TASK b{i} {BLOCK.format(marker=marker)}\n" for i in range(4)))
+    argv = (pmc_argv(["run", "w.dag", "--workers", "2"]) if mode == "local"
+            else mpi_argv(3, ["run", "w.dag"]))
+    proc = start(argv, tmp_path)
+    try:
+        wait_for(lambda: len(lines(tmp_path / "ran.log")) >= 2, 60, "two tasks running")
+        victim = proc.pid if mode == "local" else mpi_ranks(proc.pid)[0]
+        tree = descendants(proc.pid)
+        os.kill(victim, signal.SIGKILL)
+        finish(proc, 20, "the killed run")
+        left = wait_gone(tree, 10)
+        assert not left, f"processes outlived the master: {[cmdline(p) for p in left]}"
+    finally:
+        (tmp_path / "release").touch()
