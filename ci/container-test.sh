@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Container regression: build the Containerfile with podman and run its `test` stage,
-# which runs the test suite inside the image against the installed wheel.
+# which runs the test suite inside the image against the installed wheel; then run the
+# image under the host's MPI launcher in both MPI models (ci/container-mpi-models.sh).
 #
 #   bash ci/container-test.sh
 #
@@ -133,5 +134,13 @@ t0=$SECONDS
 "${BUILD[@]}" --target test --build-arg "TEST_RUN=$(date +%s)" -t "$TAG:test" . \
     || fail "test stage: the test suite failed inside the image (see above)"
 step "test stage passed in $((SECONDS - t0))s"
+
+# Both MPI models of docs/containers.md on the runtime image, launched from the host.
+if command -v mpiexec >/dev/null; then
+    step "MPI models (hybrid, bind) on $TAG:latest"
+    bash ci/container-mpi-models.sh "$TAG:latest" || fail "MPI models on the runtime image"
+else
+    step "MPI models skipped: no mpiexec on this host (pip install '.[mpi]')"
+fi
 
 step "done in $((SECONDS - START))s"

@@ -398,12 +398,13 @@ def test_installed_console_scripts_match_pyproject(pyproject: dict) -> None:
     assert {"pmc", "pegasus-mpi-cluster"} <= installed.keys()
 
 
-def test_container_script_is_valid_bash() -> None:
-    script = ROOT / "ci" / "container-test.sh"
-    subprocess.run(["bash", "-n", str(script)], check=True)
-    text = script.read_text(encoding="utf-8")
+def test_container_scripts_are_valid_bash() -> None:
+    for name in ("container-test.sh", "container-mpi-models.sh"):
+        subprocess.run(["bash", "-n", str(ROOT / "ci" / name)], check=True)
+    text = (ROOT / "ci" / "container-test.sh").read_text(encoding="utf-8")
     assert "--target test" in text
     assert '--build-arg "BASE=$BASE"' in text
+    assert "bash ci/container-mpi-models.sh" in text
 
 
 @pytest.mark.container
