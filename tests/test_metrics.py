@@ -389,3 +389,17 @@ def test_prometheus_scrape_config() -> None:
     assert "pmc" in jobs
     targets = jobs["pmc"]["static_configs"][0]["targets"]
     assert all(re.fullmatch(r"[\w.-]+:\d+", t) for t in targets)
+
+
+def test_forwarded_bytes_are_counted(tmp_path: Path) -> None:
+    src = tmp_path / "src.txt"
+    dag = write_dag(tmp_path / "fw.dag",
+                    f"TASK pipe -f OUT={tmp_path}/piped.txt /bin/sh -c 'printf 12345 >&$OUT'\n"
+                    f"TASK file -F {src}={tmp_path}/copied.txt "
+                    f"/bin/sh -c 'printf abcdefghij > {src}'\n")
+    r = pmc(["run", "--workers", "1", "--metrics-textfile", "fw.prom", dag.name], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "piped.txt").read_text() == "12345"
+    assert (tmp_path / "copied.txt").read_text() == "abcdefghij"
+    s = parse((tmp_path / "fw.prom").read_text())
+    assert value(s, "pmc_forwarded_bytes_total") == 15
