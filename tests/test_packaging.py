@@ -398,6 +398,23 @@ def test_installed_console_scripts_match_pyproject(pyproject: dict) -> None:
     assert {"pmc", "pegasus-mpi-cluster"} <= installed.keys()
 
 
+def test_every_source_package_goes_into_the_wheel(pyproject: dict) -> None:
+    # The images install the wheel, not the tree: a package directory missing from the
+    # explicit list would be missing there only.
+    setuptools = pyproject["tool"]["setuptools"]
+    roots = {pkg: ROOT / d for pkg, d in setuptools["package-dir"].items()}
+    if not all(path.is_dir() for path in roots.values()):
+        pytest.skip("no source tree here (the image's test stage tests the installed wheel)")
+    found = {
+        ".".join((pkg, *module.parent.relative_to(top).parts))
+        for pkg, top in roots.items()
+        for module in top.rglob("*.py")
+    }
+    assert "pmc" in found
+    missing = found - set(setuptools["packages"])
+    assert not missing, f"not in [tool.setuptools] packages: {sorted(missing)}"
+
+
 def test_container_scripts_are_valid_bash() -> None:
     for name in ("container-test.sh", "container-mpi-models.sh"):
         subprocess.run(["bash", "-n", str(ROOT / "ci" / name)], check=True)
