@@ -26,7 +26,8 @@ BASE=${PMC_CONTAINER_BASE:-$LOCAL_BASE}
 TAG=${PMC_CONTAINER_TAG:-localhost/pmc}
 
 WORK=$(mktemp -d /tmp/pmc-container.XXXXXX)
-cleanup() { rm -rf "$WORK"; }
+# --one-file-system: a failed debootstrap can leave /proc or /sys mounted in its root.
+cleanup() { rm -rf --one-file-system "$WORK"; }
 trap cleanup EXIT
 
 # --- tools -----------------------------------------------------------------------------
@@ -73,7 +74,7 @@ elif [ "$BASE" = "$LOCAL_BASE" ]; then
     debootstrap --variant=minbase bookworm "$WORK/rootfs" "$MIRROR" >"$WORK/debootstrap.log" 2>&1 \
         || { tail -n 30 "$WORK/debootstrap.log" >&2; fail "debootstrap"; }
     tar -C "$WORK/rootfs" -c . | podman import - "$LOCAL_BASE" >/dev/null
-    rm -rf "$WORK/rootfs"
+    rm -rf --one-file-system "$WORK/rootfs"
     step "base image $BASE: imported"
 else
     step "base image $BASE: not present locally, podman will pull it"
