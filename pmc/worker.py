@@ -108,6 +108,7 @@ class Worker:
             self.base_env.pop(var, None)
         self.term_requested = False
         self.inbox: deque[protocol.Message] = deque()  # received, not yet handled
+        self.last_activity = time.monotonic()  # polling transports: last message or exit
         fd = transport.fileno()
         if fd is not None:
             self.sel.register(fd, selectors.EVENT_READ, "master")
@@ -386,6 +387,11 @@ class Worker:
                 timeout = left if timeout is None else min(timeout, left)
             if self.inbox:
                 timeout = 0
+            elif polling and timeout is not None and 0 < timeout < 0.001:
+                # epoll counts in whole milliseconds (rounded up): nap precisely, then
+                # look without waiting.
+                time.sleep(timeout)
+                timeout = 0
             events = self.sel.select(timeout)
             got_message = False
             for key, _ in events:
@@ -404,13 +410,20 @@ class Worker:
             while self.inbox:
                 self.handle(self.inbox.popleft())
             if polling:
-                delay = 0.0001 if (had_messages or events) else min(delay * 2, self._cap())
+                if had_messages or events:
+                    delay = 0.0001
+                    self.last_activity = time.monotonic()
+                else:
+                    delay = min(delay * 2, self._cap())
             if self.results:
                 results, self.results = self.results, []
                 self.t.send(0, (protocol.RESULTS, results))
 
     def _cap(self) -> float:
-        return 0.005 if self.running else 0.05
+        # Within a second of the last message or task exit the master's next message is
+        # likely close (it answers a result with the next task): look every millisecond.
+        # After a quiet second, every 50 ms: waiting must not burn a core.
+        return 0.001 if time.monotonic() - self.last_activity < 1.0 else 0.05
 
 
 def run(transport: Transport) -> int:
