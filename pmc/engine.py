@@ -33,6 +33,10 @@ class Outcome(enum.Enum):
     FAILED = "failed"  # failed permanently
 
 
+_WAITING, _READY, _RUNNING, _DONE = (int(State.WAITING), int(State.READY),
+                                     int(State.RUNNING), int(State.DONE))
+
+
 def _key(priority: int, task_id: int) -> int:
     return (-priority << 32) | task_id
 
@@ -56,7 +60,12 @@ class Engine:
         n = len(dag)
         self.state = bytearray(n)
         self.waiting_on = array("i", dag.nparents)
-        self.attempts: dict[int, int] = {}  # only tasks that have started at least once
+        # Tries started per task, and whether it ever started (the "submitted" count):
+        # flat arrays, not a dict, so a million tasks cost 5 MB here, not 70.
+        self.attempts = array("i", bytes(4 * n))
+        self._started = bytearray(n)
+        self.nsubmitted = 0
+        # Only classes with ready tasks are present: the master scans these per dispatch.
         self.classes: dict[tuple[int, int], list[int]] = {}
         self.ndone = 0
         self.nfailed = 0
@@ -80,9 +89,9 @@ class Engine:
                         waiting_on[child] -= 1
         buckets: dict[tuple[int, int], list[int]] = {}
         for task_id in range(n):
-            if waiting_on[task_id] == 0 and state[task_id] == State.WAITING:
+            if waiting_on[task_id] == 0 and state[task_id] == _WAITING:
                 task = tasks[task_id]
-                state[task_id] = State.READY
+                state[task_id] = _READY
                 buckets.setdefault((task.cpus, task.memory), []).append(
                     _key(task.priority, task_id)
                 )
@@ -99,7 +108,11 @@ class Engine:
 
     def ready_heads(self) -> list[tuple[int, int, int]]:
         """(key, cpus, memory) of each non-empty class's best task, best first."""
-        heads = [(heap[0], cls[0], cls[1]) for cls, heap in self.classes.items() if heap]
+        classes = self.classes
+        if len(classes) == 1:  # the usual case: every task asks for the same
+            for (cpus, memory), heap in classes.items():
+                return [(heap[0], cpus, memory)]
+        heads = [(heap[0], cls[0], cls[1]) for cls, heap in classes.items()]
         heads.sort()
         return heads
 
@@ -115,7 +128,7 @@ class Engine:
 
     def done_ids(self) -> Iterator[int]:
         state = self.state
-        return (i for i in range(len(state)) if state[i] == State.DONE)
+        return (i for i in range(len(state)) if state[i] == _DONE)
 
     def tries_of(self, task_id: int) -> int:
         tries = self.dag.tasks[task_id].tries
@@ -125,11 +138,18 @@ class Engine:
 
     def pop(self, cpus: int, memory: int) -> int:
         """Take the best ready task of a class; it is now running. Returns its id."""
-        task_id = heapq.heappop(self.classes[(cpus, memory)]) & _ID_MASK
-        self.state[task_id] = State.RUNNING
+        cls = (cpus, memory)
+        heap = self.classes[cls]
+        task_id = heapq.heappop(heap) & _ID_MASK
+        if not heap:
+            del self.classes[cls]
+        self.state[task_id] = _RUNNING
         self.nready -= 1
         self.nrunning += 1
-        self.attempts[task_id] = self.attempts.get(task_id, 0) + 1
+        self.attempts[task_id] += 1
+        if not self._started[task_id]:
+            self._started[task_id] = 1
+            self.nsubmitted += 1
         return task_id
 
     def hold(self, task_id: int) -> None:
@@ -149,13 +169,15 @@ class Engine:
         """Record a finished try. Returns the outcome and the tasks that became ready."""
         self.nrunning -= 1
         if ok:
-            self.state[task_id] = State.DONE
+            self.state[task_id] = _DONE
             self.ndone += 1
             newly: list[int] = []
             waiting_on = self.waiting_on
+            state = self.state
             for child in self.dag.children(task_id):
-                waiting_on[child] -= 1
-                if waiting_on[child] == 0 and self.state[child] == State.WAITING:
+                left = waiting_on[child] - 1
+                waiting_on[child] = left
+                if left == 0 and state[child] == _WAITING:
                     self._make_ready(child)
                     newly.append(child)
             return Outcome.SUCCEEDED, newly
@@ -170,7 +192,11 @@ class Engine:
 
     def _make_ready(self, task_id: int) -> None:
         task = self.dag.tasks[task_id]
-        self.state[task_id] = State.READY
+        self.state[task_id] = _READY
         self.nready += 1
-        heap = self.classes.setdefault((task.cpus, task.memory), [])
-        heapq.heappush(heap, _key(task.priority, task_id))
+        cls = (task.cpus, task.memory)
+        heap = self.classes.get(cls)
+        if heap is None:
+            self.classes[cls] = [_key(task.priority, task_id)]
+        else:
+            heapq.heappush(heap, _key(task.priority, task_id))

@@ -490,7 +490,7 @@ class Master:
         makespan = (self.last_end - self.first_start) if self.first_start is not None else 0.0
         return Summary(
             ok=ok, outcome=outcome, reason=reason, tasks=n,
-            submitted=len(engine.attempts), succeeded=engine.ndone - engine.recovered,
+            submitted=engine.nsubmitted, succeeded=engine.ndone - engine.recovered,
             failed=engine.nfailed, extra=engine.nretries, recovered=engine.recovered,
             start=self.start, wall=wall, pid=os.getpid(), app=os.path.abspath(sys.argv[0]),
             runtime=self.runtime, cpu_time=self.cpu_time, slots=self.resources.total_slots,

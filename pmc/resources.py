@@ -31,7 +31,9 @@ class Host:
         self.free_cpus = cpus
         self.free_memory = memory
         self.workers: list[Worker] = []
-        self.idle: list[Worker] = []  # workers with a free slot
+        # Workers with a free slot, in the order they got one (a dict as an ordered set:
+        # taking a worker out is O(1) however many share the host).
+        self.idle: dict[Worker, None] = {}
         self.cpu_socket = cpu_socket  # cpu id -> socket id, for --set-affinity
         self.cpu_free = set(cpu_socket)
 
@@ -107,7 +109,7 @@ class Resources:
         host.workers.append(worker)
         self.workers[rank] = worker
         if slots > 0:
-            host.idle.append(worker)
+            host.idle[worker] = None
             self._idle_hosts[hostname] = host
         return worker
 
@@ -118,7 +120,7 @@ class Resources:
             return None
         host = worker.host
         if worker in host.idle:
-            host.idle.remove(worker)
+            del host.idle[worker]
             if not host.idle:
                 self._idle_hosts.pop(host.name, None)
         host.workers.remove(worker)
@@ -146,7 +148,7 @@ class Resources:
         """A worker with a free slot on a host with enough free cpus and memory."""
         for host in self._idle_hosts.values():
             if host.free_cpus >= cpus and host.free_memory >= memory:
-                return host.idle[0]
+                return next(iter(host.idle))
         return None
 
     def allocate(self, worker: Worker, cpus: int, memory: int) -> None:
@@ -155,7 +157,7 @@ class Resources:
         host.free_memory -= memory
         worker.free_slots -= 1
         if worker.free_slots == 0:
-            host.idle.remove(worker)
+            del host.idle[worker]
             if not host.idle:
                 del self._idle_hosts[host.name]
 
@@ -167,5 +169,5 @@ class Resources:
             return
         worker.free_slots += 1
         if worker.free_slots == 1:
-            host.idle.append(worker)
+            host.idle[worker] = None
             self._idle_hosts[host.name] = host
