@@ -270,6 +270,9 @@ class Master:
             if left is not None:
                 timeout = max(0.0, min(SIGNAL_CHECK, left))
             msgs = self.t.poll(timeout)
+            # Before the results: when a batch system signals every rank at once, tasks
+            # its SIGTERM killed on the workers are stopped, not failed.
+            self.check_signal()
             results: list[TaskResult] = []
             for rank, msg in msgs:
                 tag = msg[0]
@@ -283,7 +286,6 @@ class Master:
                 self.handle_results(results)
             for rank in self.t.lost():
                 self.worker_lost(rank)
-            self.check_signal()
             now_left = self.remaining()
             if self.stop_reason is None and now_left is not None and now_left <= 0:
                 self.stop(f"maximum wall time of {self.opts.max_wall_time:g} minutes reached")
