@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any, TextIO
@@ -299,14 +300,33 @@ def main(path: str, plot: str | None = None, bin_width: float | None = None,
         return EXIT_USAGE
     chosen = runs[index - 1]
     fig = compute(chosen, bin_width)
+    text = render(chosen, fig, top)
     if len(runs) > 1:
-        out.write(f"Run {index} of {len(runs)} in {path}\n")
-    out.write(render(chosen, fig, top))
+        text = f"Run {index} of {len(runs)} in {path}\n" + text
+    if not write_out(out, text):
+        return EXIT_OK
     if plot:
         try:
             write_plot(chosen, fig, plot)
         except OSError as e:
             sys.stderr.write(f"pmc report: cannot write {plot}: {e.strerror or e}\n")
             return EXIT_USAGE
-        out.write(f"Plot written to {plot}\n")
+        write_out(out, f"Plot written to {plot}\n")
     return EXIT_OK
+
+
+def write_out(out: TextIO, text: str) -> bool:
+    """Write and flush; False when the reader has gone (``pmc report log | head``), which
+    is not an error: further output is dropped instead of raising at exit."""
+    try:
+        out.write(text)
+        out.flush()
+    except BrokenPipeError:
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, out.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):
+            pass
+        return False
+    return True

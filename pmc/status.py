@@ -28,6 +28,7 @@ from typing import Any, TextIO
 from pmc.dag import DagError, parse_dag
 from pmc.events import Observer, RunInfo, Summary
 from pmc.observe import Tally
+from pmc.report import write_out
 from pmc.rescue import RescueError, read_rescue
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
@@ -338,6 +339,5 @@ def main(dag_path: str, rescue_path: str | None = None, out: TextIO | None = Non
             width = os.get_terminal_size(out.fileno()).columns
         except OSError:
             pass
-    out.write(render(st, tty, width))
-    out.flush()
+    write_out(out, render(st, tty, width))
     return st.exit_code
