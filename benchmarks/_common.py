@@ -1,0 +1,305 @@
+"""Shared pieces of the benchmarks: DAG generators, running pmc, the spawn floor, machine.
+
+Imported by the benchmark scripts (which run with this directory on ``sys.path``) and
+by the smoke tests.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+PYTHON = sys.executable
+NCSA_LAYERS = (1, 700, 1400, 700, 2, 1)  # the NCSA user's workflow shape
+
+
+# -- DAG files -------------------------------------------------------------------------------
+
+
+def write_independent(path: Path, n: int, command: str = "/bin/true") -> int:
+    with open(path, "w") as f:
+        f.writelines(f"TASK t{i} {command}\n" for i in range(n))
+    return n
+
+
+def write_layered(path: Path, layers: Sequence[int] = NCSA_LAYERS,
+                  command: str = "/bin/true", seed: int = 1) -> tuple[int, int]:
+    """Layer k's tasks each depend on 1-2 tasks of layer k-1 (all of it when the layer is
+    the narrow tail: at most 2 tasks, as the 2 -> 1 end of the NCSA workflow). Returns
+    (tasks, edges)."""
+    rng = random.Random(seed)
+    names: list[list[str]] = []
+    edges: list[str] = []
+    lines: list[str] = []
+    for k, width in enumerate(layers):
+        layer = [f"L{k}_{j}" for j in range(width)]
+        lines.extend(f"TASK {name} {command}\n" for name in layer)
+        if k:
+            prev = names[-1]
+            for j, name in enumerate(layer):
+                if width <= 2:
+                    parents = prev
+                else:
+                    # A realistic fan-in: the "matching" task of the previous layer and
+                    # sometimes a neighbour of it.
+                    first = j * len(prev) // width
+                    parents = [prev[first]]
+                    if len(prev) > 1 and rng.random() < 0.5:
+                        parents.append(prev[(first + 1) % len(prev)])
+                edges.extend(f"EDGE {p} {name}\n" for p in parents)
+        names.append(layer)
+    with open(path, "w") as f:
+        f.writelines(lines)
+        f.writelines(edges)
+    return sum(layers), len(edges)
+
+
+def write_big(path: Path, n: int, edges: int, local: bool, seed: int = 1) -> None:
+    """n tasks and about ``edges`` edges (parent before child in DAG order).
+
+    local: each edge joins tasks at most 64 apart, as a Pegasus planner writes them
+    (jobs of one level next to each other). Otherwise parents are drawn uniformly from
+    all earlier tasks, which defeats every cache in the parser's name lookups.
+    """
+    rng = random.Random(seed)
+    with open(path, "w", buffering=1 << 20) as f:
+        f.writelines(f"TASK task_{i:07d} /bin/true -n {i}\n" for i in range(n))
+        seen: set[int] = set()
+        made = 0
+        buf: list[str] = []
+        while made < edges:
+            c = rng.randrange(1, n)
+            p = rng.randrange(max(0, c - 64), c) if local else rng.randrange(0, c)
+            key = p * n + c
+            if key in seen:
+                continue
+            seen.add(key)
+            made += 1
+            buf.append(f"EDGE task_{p:07d} task_{c:07d}\n")
+            if len(buf) >= 65536:
+                f.writelines(buf)
+                buf.clear()
+        f.writelines(buf)
+
+
+# -- running pmc -----------------------------------------------------------------------------
+
+_SUMMARY = re.compile(r"\[cluster-summary stat=\"(\w+)\", tasks=(\d+), submitted=(\d+), "
+                      r"succeeded=(\d+), failed=(\d+).*?duration=([0-9.]+)")
+
+
+class PmcRun:
+    def __init__(self, wall: float, duration: float, tasks: int, ok: bool, out: str) -> None:
+        self.wall = wall  # the whole command, interpreter start to exit
+        self.duration = duration  # the run as pmc measures it (workers up to summary)
+        self.tasks = tasks
+        self.ok = ok
+        self.out = out
+
+    @property
+    def rate(self) -> float:
+        return self.tasks / self.duration if self.duration > 0 else 0.0
+
+
+def pmc_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def run_pmc(dag: Path, mode: str, workers: int, extra: Sequence[str] = (),
+            slots: int = 1, timeout: float = 3600) -> PmcRun:
+    """One run of ``pmc run`` on a fresh rescue log; the summary record gives the rate."""
+    for suffix in (".rescue", ".resource", ".status.json"):
+        try:
+            os.unlink(f"{dag}{suffix}")
+        except FileNotFoundError:
+            pass
+    args = ["run", str(dag), "-q", "-s", "-o", os.devnull, *extra]
+    if slots != 1:
+        args += ["--worker-slots", str(slots)]
+    if mode == "mpi":
+        cmd = [mpiexec(), "-n", str(workers + 1), PYTHON, "-m", "pmc", *args, "--mpi"]
+    else:
+        cmd = [PYTHON, "-m", "pmc", *args, "--local", "--workers", str(workers)]
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          cwd=dag.parent, env=pmc_env(), timeout=timeout, check=False)
+    wall = time.monotonic() - t0
+    m = _SUMMARY.search(proc.stdout)
+    if proc.returncode != 0 or m is None:
+        raise RuntimeError(f"pmc failed ({proc.returncode}): {' '.join(cmd)}\n"
+                           f"{proc.stdout[-3000:]}")
+    done = int(m.group(4)) + int(m.group(5))
+    return PmcRun(wall, float(m.group(6)), done, m.group(1) == "ok", proc.stdout)
+
+
+def mpiexec() -> str:
+    found = shutil.which("mpiexec") or shutil.which("mpirun")
+    if found is None:
+        raise RuntimeError("no mpiexec on PATH")
+    return found
+
+
+# -- the spawn floor -------------------------------------------------------------------------
+
+FLOOR_C = r"""
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <time.h>
+extern char **environ;
+int main(int argc, char **argv) {
+    int n = atoi(argv[1]), conc = atoi(argv[2]);
+    char *args[] = {argv[3], NULL};
+    int out = open("/dev/null", O_WRONLY);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, out, 1);
+    posix_spawn_file_actions_adddup2(&fa, out, 2);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int started = 0, done = 0, running = 0, st;
+    while (done < n) {
+        while (running < conc && started < n) {
+            pid_t pid;
+            if (posix_spawn(&pid, argv[3], &fa, NULL, args, environ) != 0) {
+                perror("posix_spawn");
+                return 1;
+            }
+            started++;
+            running++;
+        }
+        if (wait(&st) > 0) {
+            running--;
+            done++;
+        }
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    printf("%.6f\n", (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
+    return 0;
+}
+"""
+
+
+class Floor:
+    """A tight posix_spawn + wait loop at a given concurrency: the cost of the tasks alone.
+
+    Compiled from C with the system compiler when there is one, else the same loop in
+    Python (os.posix_spawn + os.wait)."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.kind = "python"
+        self.exe: Path | None = None
+        cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+        if cc:
+            src = workdir / "floor.c"
+            src.write_text(FLOOR_C)
+            exe = workdir / "floor"
+            proc = subprocess.run([cc, "-O2", "-o", str(exe), str(src)],
+                                  capture_output=True, text=True, check=False)
+            if proc.returncode == 0:
+                self.kind = f"C ({os.path.basename(cc)})"
+                self.exe = exe
+
+    def run(self, n: int, concurrency: int, program: str = "/bin/true") -> float:
+        """Tasks per second."""
+        if self.exe is not None:
+            out = subprocess.run([str(self.exe), str(n), str(concurrency), program],
+                                 capture_output=True, text=True, check=True).stdout
+            return n / float(out)
+        return n / python_floor(n, concurrency, program)
+
+
+def python_floor(n: int, concurrency: int, program: str) -> float:
+    out = os.open(os.devnull, os.O_WRONLY)
+    actions = [(os.POSIX_SPAWN_DUP2, out, 1), (os.POSIX_SPAWN_DUP2, out, 2)]
+    argv = [program]
+    env = dict(os.environ)
+    t0 = time.monotonic()
+    started = done = running = 0
+    while done < n:
+        while running < concurrency and started < n:
+            os.posix_spawn(program, argv, env, file_actions=actions)
+            started += 1
+            running += 1
+        os.wait()
+        running -= 1
+        done += 1
+    elapsed = time.monotonic() - t0
+    os.close(out)
+    return elapsed
+
+
+# -- reporting -------------------------------------------------------------------------------
+
+
+def machine() -> str:
+    model = "unknown cpu"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return (f"nproc={os.cpu_count()}, cpu={model}, kernel={platform.release()}, "
+            f"python={platform.python_version()}")
+
+
+def median(values: Sequence[float]) -> float:
+    s = sorted(values)
+    mid = len(s) // 2
+    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
+
+
+def workdir(keep: str | None = None) -> Path:
+    if keep:
+        p = Path(keep)
+        p.mkdir(parents=True, exist_ok=True)
+        return p
+    return Path(tempfile.mkdtemp(prefix="pmc-bench-"))
+
+
+def cpu_ticks(pid: int) -> int:
+    """utime + stime of a process (clock ticks), from /proc/PID/stat."""
+    with open(f"/proc/{pid}/stat") as f:
+        data = f.read()
+    fields = data[data.rindex(")") + 2 :].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def children_of(pid: int) -> list[int]:
+    out: list[int] = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out.extend(int(x) for x in f.read().split())
+    except OSError:
+        pass
+    return out
+
+
+def cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+TICK = os.sysconf("SC_CLK_TCK")

@@ -1,0 +1,113 @@
+"""Throughput: pmc against the spawn floor, same concurrency, same machine, same run.
+
+    python benchmarks/throughput.py                 # 20,000 /bin/true + the NCSA DAG,
+                                                    # embedded and MPI, 3 rounds
+    python benchmarks/throughput.py --tasks 2000 --rounds 1 --modes local
+
+Each round runs the floor (a tight posix_spawn + wait loop, in C when a compiler is
+there) and then each pmc case, so every ratio compares figures taken moments apart on
+a machine others may be using. pmc's rate is tasks / the run's own duration (the
+``[cluster-summary]`` record: from start-up of the workers to the last result); the
+end-to-end rate, interpreter start to exit, is printed too. The observability case
+adds ``--log-format json --log-file F --metrics-port 0`` to the embedded run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from _common import (
+    NCSA_LAYERS,
+    Floor,
+    PmcRun,
+    machine,
+    median,
+    run_pmc,
+    workdir,
+    write_independent,
+    write_layered,
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--tasks", type=int, default=20000, help="independent tasks")
+    p.add_argument("--slots", type=int, default=2, help="concurrent task slots (workers)")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--modes", default="local,mpi", help="local and/or mpi")
+    p.add_argument("--shapes", default="independent,layered")
+    p.add_argument("--no-observability", action="store_true",
+                   help="skip the JSON log + metrics comparison")
+    p.add_argument("--layers", default=",".join(map(str, NCSA_LAYERS)),
+                   help="layer widths of the layered DAG")
+    p.add_argument("--program", default="/bin/true")
+    p.add_argument("--keep", metavar="DIR", help="work in DIR and keep the files")
+    args = p.parse_args(argv)
+
+    work = workdir(args.keep)
+    floor = Floor(work)
+    modes = [m for m in args.modes.split(",") if m]
+    shapes = [s for s in args.shapes.split(",") if s]
+    dags: dict[str, tuple[Path, int]] = {}
+    if "independent" in shapes:
+        path = work / "independent.dag"
+        dags["independent"] = (path, write_independent(path, args.tasks, args.program))
+    if "layered" in shapes:
+        path = work / "layered.dag"
+        layers = [int(x) for x in args.layers.split(",")]
+        n, e = write_layered(path, layers, args.program)
+        dags["layered"] = (path, n)
+        print(f"layered DAG: {'+'.join(map(str, layers))} = {n} tasks, {e} edges")
+    cases: list[tuple[str, str, str, list[str]]] = []  # (label, shape, mode, extra)
+    for shape in dags:
+        for mode in modes:
+            cases.append((f"{shape}/{mode}", shape, mode, []))
+    if not args.no_observability and "local" in modes and dags:
+        shape = "independent" if "independent" in dags else next(iter(dags))
+        log = str(work / "pmc-log.json")
+        cases.append((f"{shape}/local+json+metrics", shape, "local",
+                      ["--log-format", "json", "--log-file", log, "--metrics-port", "0"]))
+
+    print(f"machine: {machine()}")
+    print(f"floor: {floor.kind} posix_spawn loop of {args.program}, "
+          f"concurrency {args.slots}")
+    ratios: dict[str, list[float]] = {label: [] for label, *_ in cases}
+    rates: dict[str, list[float]] = {label: [] for label, *_ in cases}
+    floors: list[float] = []
+    for rnd in range(1, args.rounds + 1):
+        f_rate = floor.run(args.tasks, args.slots, args.program)
+        floors.append(f_rate)
+        print(f"round {rnd}: floor {f_rate:8.0f} tasks/s")
+        for label, shape, mode, extra in cases:
+            path, n = dags[shape]
+            r: PmcRun = run_pmc(path, mode, args.slots, extra)
+            if r.tasks != n or not r.ok:
+                print(f"  {label}: ran {r.tasks} of {n} tasks", file=sys.stderr)
+                return 1
+            ratio = r.rate / f_rate
+            ratios[label].append(ratio)
+            rates[label].append(r.rate)
+            print(f"round {rnd}: {label:32s} {r.rate:8.0f} tasks/s  ratio {ratio:5.2f}  "
+                  f"(end to end {n / r.wall:6.0f}/s, {r.wall:.1f} s)")
+    print()
+    print(f"{'case':34s} {'median rate':>12s} {'median ratio':>13s} {'best ratio':>11s}")
+    for label in ratios:
+        print(f"{label:34s} {median(rates[label]):10.0f}/s {median(ratios[label]):13.2f} "
+              f"{max(ratios[label]):11.2f}")
+    base = "independent/local"
+    obs = next((label for label in ratios if "json" in label), None)
+    obs_note = ""
+    if obs and base in rates:
+        cost = 1 - median(rates[obs]) / median(rates[base])
+        obs_note = f"; observability cost {cost * 100:.1f}%"
+    summary = ", ".join(f"{label} {median(ratios[label]):.2f}" for label in ratios
+                        if "json" not in label)
+    print(f"SUMMARY throughput: floor {median(floors):.0f}/s ({floor.kind}); ratio to floor: "
+          f"{summary}{obs_note}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""Smoke runs of the benchmarks at tiny sizes: they run and print a summary (no timings
+are asserted; figures belong in benchmarks/RESULTS.md)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+from _common import write_big, write_layered  # noqa: E402
+
+
+def run(script: str, *args: str, tmp_path: Path) -> str:
+    proc = subprocess.run([sys.executable, str(BENCH / script), *args], capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("SUMMARY "), proc.stdout
+    return proc.stdout
+
+
+def test_layered_dag_shape(tmp_path: Path) -> None:
+    path = tmp_path / "l.dag"
+    tasks, edges = write_layered(path, (1, 7, 14, 7, 2, 1))
+    assert tasks == 32
+    text = path.read_text()
+    assert text.count("TASK ") == 32 and text.count("EDGE ") == edges
+    # the 2 -> 1 tail: each of the two depends on all 7 before, the last on both
+    assert "EDGE L3_6 L4_1" in text and "EDGE L4_0 L5_0" in text and "EDGE L4_1 L5_0" in text
+
+
+@pytest.mark.parametrize("local", [True, False])
+def test_big_dag_parses(tmp_path: Path, local: bool) -> None:
+    from pmc.dag import parse_dag
+
+    path = tmp_path / "b.dag"
+    write_big(path, 500, 500, local=local)
+    dag = parse_dag(str(path))
+    assert len(dag) == 500 and dag.edge_count() == 500
+
+
+def test_throughput_smoke(tmp_path: Path) -> None:
+    modes = "local,mpi" if shutil.which("mpiexec") else "local"
+    out = run("throughput.py", "--tasks", "40", "--rounds", "1", "--modes", modes,
+              "--layers", "1,4,8,4,2,1", "--keep", str(tmp_path), tmp_path=tmp_path)
+    assert "independent/local" in out and "layered/local" in out
+    assert "local+json+metrics" in out and "floor" in out
+
+
+def test_scale_smoke(tmp_path: Path) -> None:
+    out = run("scale.py", "--sizes", "200,400", "--keep", str(tmp_path), tmp_path=tmp_path)
+    assert "local" in out and "random" in out
+
+
+def test_idle_smoke(tmp_path: Path) -> None:
+    out = run("idle.py", "--tasks", "6", "--sleep", "3", "--window", "0.5", "--modes",
+              "local", "--keep", str(tmp_path), tmp_path=tmp_path)
+    assert "local 6 tasks" in out
