@@ -205,3 +205,18 @@ def rescue_names(path: Path) -> list[str]:
 
 def new_marker() -> str:
     return f"pmcfault{uuid.uuid4().hex[:12]}"
+
+
+def finish_rusage(proc: subprocess.Popen[bytes], timeout: float,
+                  what: str = "pmc") -> tuple[int, int]:
+    """Like ``finish``, and also the peak RSS in kB of the process and every descendant it
+    waited for (for pmc embedded: the master, its workers and their tasks)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return proc.returncode, usage.ru_maxrss
+        if time.monotonic() > deadline:
+            return finish(proc, 0, what), 0  # kills the tree and fails the test
+        time.sleep(0.05)
