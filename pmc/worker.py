@@ -102,8 +102,9 @@ class Worker:
         if not config.per_task_stdio:
             self.out_fd = _open_append(config.out_path.format(rank=self.rank))
             self.err_fd = _open_append(config.err_path.format(rank=self.rank))
-        pass  # TMPCHECK2
+        _close_on_exec_all()
         self.guard_fd = _start_guard()
+        self.guard_lines: list[bytes] = []
         self.base_env = dict(os.environ)
         for var in ("PMC_AFFINITY",):
             self.base_env.pop(var, None)
@@ -140,6 +141,7 @@ class Worker:
             return False, f"Unable to start host script {path}: {e.strerror}"
         proc = self.host_script
         self.guard(b"+%d\n" % proc.pid)  # its group lives until the end of the run
+        self.flush_guard()
         timeout = self.cfg.host_script_timeout
         try:
             code = proc.wait(timeout)
@@ -264,13 +266,23 @@ class Worker:
         log.debug(f"Task {spec.name} started as pid {r.pid}")
 
     def guard(self, line: bytes) -> None:
-        """Tell the guard which process groups to kill should this worker die."""
+        """Tell the guard which process groups to kill should this worker die.
+
+        Sent by ``flush_guard`` once per loop turn: one write (and one wake-up of the
+        guard) for every task started and reaped in the turn, not two per task."""
         if self.guard_fd >= 0:
+            self.guard_lines.append(line)
+
+    def flush_guard(self) -> None:
+        if self.guard_lines and self.guard_fd >= 0:
+            data = b"".join(self.guard_lines)
             try:
-                os.write(self.guard_fd, line)
+                while data:
+                    data = data[os.write(self.guard_fd, data):]
             except OSError:
                 os.close(self.guard_fd)
                 self.guard_fd = -1
+        self.guard_lines.clear()
 
     def fail_now(self, spec: TaskSpec, message: str, status: int = 1) -> None:
         log.error(f"Task {spec.name} failed: {message}")
@@ -416,6 +428,7 @@ class Worker:
                     self.last_activity = time.monotonic()
                 else:
                     delay = min(delay * 2, self._cap())
+            self.flush_guard()
             if self.results:
                 results, self.results = self.results, []
                 self.t.send(0, (protocol.RESULTS, results))
