@@ -136,6 +136,39 @@ t0=$SECONDS
     || fail "test stage: the test suite failed inside the image (see above)"
 step "test stage passed in $((SECONDS - t0))s"
 
+# --- apptainer.def ---------------------------------------------------------------------
+# Apptainer cannot be installed here, so podman runs the recipe's sections on the same
+# base the way `apptainer build` would: %files copied, %post run, then %test run with
+# %environment sourced (a smoke DAG in local mode and under the image's mpiexec).
+section() { awk -v want="%$1" '/^%[a-z]+[[:space:]]*$/ { on = ($1 == want); next } on' apptainer.def; }
+DEF=$WORK/def
+mkdir -p "$DEF"
+section post >"$DEF/post.sh"
+section environment >"$DEF/environment.sh"
+section test >"$DEF/test.sh"
+[ -s "$DEF/post.sh" ] && [ -s "$DEF/test.sh" ] || fail "apptainer.def has no %post or %test"
+# The scripts come in through a mount, so their digests go into the RUN lines: a changed
+# section is never taken from the layer cache.
+{
+    echo 'ARG BASE'
+    echo 'FROM ${BASE}'
+    echo 'ARG PIP_CONFIG_FILE='
+    section files | while read -r src dest; do
+        if [ -n "$src" ]; then echo "COPY $src $dest"; fi
+    done
+    echo "RUN sh -e /run/pmc-def/post.sh # $(sha256sum <"$DEF/post.sh" | cut -c1-16)"
+    echo 'ARG TEST_RUN=0'
+    echo "RUN . /run/pmc-def/environment.sh && sh -e /run/pmc-def/test.sh" \
+         "# $(cat "$DEF/environment.sh" "$DEF/test.sh" | sha256sum | cut -c1-16)"
+} >"$DEF/Containerfile"
+step "apptainer.def: %files, %post and %test on $BASE"
+t0=$SECONDS
+podman build --isolation=chroot --layers -f "$DEF/Containerfile" --build-arg "BASE=$BASE" \
+    -v "$WORK/pip:$IN_BUILD:ro" --build-arg "PIP_CONFIG_FILE=$IN_BUILD/pip.conf" \
+    -v "$DEF:/run/pmc-def:ro" --build-arg "TEST_RUN=$(date +%s)" -t "$TAG:apptainer-def" . \
+    || fail "apptainer.def: %post or %test failed (see above)"
+step "apptainer.def sections passed in $((SECONDS - t0))s"
+
 # Both MPI models of docs/containers.md on the runtime image, launched from the host.
 if command -v mpiexec >/dev/null; then
     step "MPI models (hybrid, bind) on $TAG:latest"

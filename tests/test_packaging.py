@@ -422,6 +422,8 @@ def test_container_scripts_are_valid_bash() -> None:
     assert "--target test" in text
     assert '--build-arg "BASE=$BASE"' in text
     assert "bash ci/container-mpi-models.sh" in text
+    for section in ("files", "post", "environment", "test"):
+        assert f"section {section}" in text, f"ci/container-test.sh skips %{section}"
 
 
 @pytest.mark.container
