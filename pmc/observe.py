@@ -180,7 +180,6 @@ class EventLog(Observer):
         self.out = out
         # JSON mode writes every task event; text mode shows them only with -v (DEBUG).
         self.emit = out.logger.info if out.json else out.logger.debug
-        self.emit_run = self.emit
         self.where: dict[int, tuple[int, str]] = {}  # task id -> (rank, host) while running
         self.hosts: set[str] = set()
         self.dag = ""
@@ -188,7 +187,7 @@ class EventLog(Observer):
 
     def started(self, info: RunInfo) -> None:
         self.dag = info.dag_path
-        self.emit_run(
+        self.emit(
             "workflow.started", dag=info.dag_path, tasks=info.tasks,
             recovered=info.recovered, workers=info.workers, slots=info.slots, cpus=info.cpus,
             hosts=info.hosts, mode=info.mode, site=info.site, start=info.start,
@@ -236,7 +235,7 @@ class EventLog(Observer):
     def finished(self, summary: Summary) -> None:
         fields = asdict(summary)
         fields.update(summary_figures(summary))
-        self.emit_run("workflow.finished", dag=self.dag, **fields)
+        self.emit("workflow.finished", dag=self.dag, **fields)
         self.out.flush()
 
     def close(self) -> None:
