@@ -65,9 +65,17 @@ def _run_mpi(opts: RunOptions, observers: list[Observer]) -> int:
     if transport.size < 2:
         log.fatal("At least one worker process is required")
         return EXIT_FAILED
-    code = _run_master(opts, observers, lambda: transport, "mpi")
-    if code == EXIT_USAGE:
-        # Workers are waiting for their configuration: tell them there is no run.
+    handed: list[bool] = []
+
+    def hand_over() -> Transport:
+        handed.append(True)
+        return transport
+
+    code = _run_master(opts, observers, hand_over, "mpi")
+    if not handed:
+        # Stopped before the master ran (bad DAG, DAG locked by another run, unreadable
+        # rescue log): the workers are waiting for their configuration, and would wait for
+        # ever. Tell them there is no run.
         from pmc.protocol import SHUTDOWN
 
         for rank in range(1, transport.size):
