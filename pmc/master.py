@@ -14,7 +14,7 @@ import signal
 import sys
 import time
 from array import array
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
 
@@ -25,7 +25,7 @@ from pmc.events import Observer, RunInfo, Summary
 from pmc.options import RunOptions
 from pmc.protocol import TaskResult, TaskSpec, WorkerConfig
 from pmc.records import cluster_summary_record
-from pmc.rescue import RescueLog
+from pmc.rescue import RescueError, RescueLog
 from pmc.resources import Resources, Worker
 from pmc.transport import Transport, TransportError
 
@@ -38,6 +38,7 @@ HELLO_TIMEOUT = 120.0
 BYE_TIMEOUT = 30.0
 STOP_GRACE = 10.0  # after a stop, how long killed tasks may take to report
 SIGNAL_CHECK = 0.25  # longest wait before noticing a signal or the wall-time limit
+SYNC_CHECK = 0.0005  # how soon to look again while rescue records are being synced
 
 
 class FatalError(Exception):
@@ -99,6 +100,8 @@ class Master:
         self.next_seq = 1
         self.running: dict[int, tuple[Worker, tuple[int, ...] | None]] = {}
         self.rescue: RescueLog | None = None
+        # (sync ticket, results) whose DONE records are written but not yet durable
+        self.unsynced: deque[tuple[int, list[tuple[TaskResult, str | None]]]] = deque()
         self.forward = ForwardFiles(opts.maxfds or default_maxfds())
         self.start = time.time()
         self.t0 = time.monotonic()
@@ -254,21 +257,27 @@ class Master:
             self.emit("host_changed", host)
         self.emit("flush")
         while True:
+            self.complete_synced()
             if self.stop_reason is None:
                 self.dispatch()
-            if not self.running and (self.stop_reason or self.engine.finished()):
-                break
+            if not self.running:
+                if self.unsynced:
+                    self.complete_synced(block=True)  # nothing else to wait for
+                    continue
+                if self.stop_reason or self.engine.finished():
+                    break
             if self.stop_deadline is not None and time.monotonic() > self.stop_deadline:
                 log.error(f"{len(self.running)} task(s) did not report after the stop; "
                           "giving up on them")
                 for task_id in list(self.running):
                     self.running.pop(task_id)
                     self.engine.requeue(task_id)
+                self.complete_synced(block=True)
                 break
-            timeout: float | None = SIGNAL_CHECK
+            timeout = SYNC_CHECK if self.unsynced else SIGNAL_CHECK
             left = self.remaining()
             if left is not None:
-                timeout = max(0.0, min(SIGNAL_CHECK, left))
+                timeout = max(0.0, min(timeout, left))
             msgs = self.t.poll(timeout)
             # Before the results: when a batch system signals every rank at once, tasks
             # its SIGTERM killed on the workers are stopped, not failed.
@@ -371,16 +380,36 @@ class Master:
                 error = self.write_forwards(task.name, res.forwards)
             good.append((res, error))
         assert self.rescue is not None
-        names = [tasks[r.id].name for r, err in good if r.status == 0 and err is None]
-        if self.rescue.write(names):
-            if len(names) == len(good) and self.stop_reason is None:
-                # All tries in the batch succeeded, so nothing here can stop the run:
-                # the freed slots take tasks that were already ready while the records
-                # reach the disk. These tasks count as done, and their children become
-                # ready, only after the sync.
-                self.dispatch()
-            self.rescue.sync()
-        for res, error in good:
+        succeeded: list[tuple[TaskResult, str | None]] = [
+            (r, err) for r, err in good if r.status == 0 and err is None]
+        if succeeded:
+            # Group commit: the records are written now and made durable by a thread;
+            # these tasks count as done, and their children become ready, once the
+            # sync is through. Meanwhile the freed slots take other ready tasks.
+            self.rescue.write(tasks[r.id].name for r, _err in succeeded)
+            self.unsynced.append((self.rescue.request_sync(), succeeded))
+        failed = [(r, err) for r, err in good if not (r.status == 0 and err is None)]
+        if failed:
+            self.complete(failed)
+
+    def complete_synced(self, block: bool = False) -> None:
+        """Finish the batches whose DONE records are durable (all of them if block)."""
+        if not self.unsynced:
+            return
+        assert self.rescue is not None
+        try:
+            if block:
+                self.rescue.wait_synced(self.unsynced[-1][0])
+            synced = self.rescue.synced()
+        except RescueError as e:
+            raise FatalError(str(e)) from e
+        while self.unsynced and self.unsynced[0][0] <= synced:
+            self.complete(self.unsynced.popleft()[1])
+
+    def complete(self, finished: list[tuple[TaskResult, str | None]]) -> None:
+        """Engine transitions, events and log lines for finished tries."""
+        tasks = self.dag.tasks
+        for res, error in finished:
             task = tasks[res.id]
             ok = res.status == 0 and error is None
             if not ok and self.stop_reason is not None:

@@ -129,26 +129,17 @@ class DagmanOut(Observer):
 
 
 class ResourceLog(Observer):
-    """DAG.resource: ``timestamp,slots_free,cpus_free,memory_free_mb,hostname`` per change."""
+    """DAG.resource: ``timestamp,slots_free,cpus_free,memory_free_mb,hostname``, one line
+    each time a host's free resources change (buffered; flushed at the end)."""
 
     def __init__(self, dag_path: str) -> None:
         self.f = open(f"{dag_path}.resource", "a", encoding="utf-8")  # noqa: SIM115
-        self.pending: dict[str, Host] = {}
 
     def host_changed(self, host: Host) -> None:
-        self.pending[host.name] = host
-
-    def flush(self) -> None:
-        # Called once per master loop turn: one line per host that changed in it.
-        if self.pending:
-            now = time.time()
-            self.f.write("".join(
-                f"{now:.6f},{sum(w.free_slots for w in h.workers)},{h.free_cpus},"
-                f"{h.free_memory},{h.name}\n" for h in self.pending.values()))
-            self.pending.clear()
+        self.f.write(f"{time.time():.6f},{host.free_slots},{host.free_cpus},"
+                     f"{host.free_memory},{host.name}\n")
 
     def finished(self, summary: Summary) -> None:
-        self.flush()
         self.f.flush()
 
     def close(self) -> None:

@@ -4,12 +4,14 @@ Format (FORMATS.md): each record is ``"\\nDONE <name>"`` — newline first — s
 log of the diamond DAG is an empty first line followed by ``DONE A`` .. ``DONE D``.
 On start the old log is read (unless ``-s``), then replaced atomically by a new log that
 begins with a DONE record for every task already done. Each batch of records is written
-with one ``write()`` (a killed process cannot tear it) and one ``fdatasync()``.
+with one ``write()`` (a killed process cannot tear it); one ``fdatasync()``, run by a
+thread so the master keeps working, covers every batch written before it.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterable
 
 from pmc.dag import DAG
@@ -61,6 +63,7 @@ class RescueLog:
 
     def __init__(self, path: str, dag: DAG, done: Iterable[int]) -> None:
         self.path = path
+        self._syncer: _Syncer | None = None
         names = [dag.tasks[i].name for i in sorted(done)]
         tmp = f"{path}.tmp.{os.getpid()}"
         try:
@@ -99,10 +102,85 @@ class RescueLog:
     def sync(self) -> None:
         os.fdatasync(self.fd)
 
+    # Group commit: the master asks for a sync and goes on working; a thread runs
+    # fdatasync (which releases the GIL) and one sync covers every write before it.
+
+    def request_sync(self) -> int:
+        """Ask for everything written so far to become durable; returns a ticket that
+        ``synced()`` reaches once it is."""
+        if self._syncer is None:
+            self._syncer = _Syncer(self.fd)
+            self._syncer.start()
+        return self._syncer.request()
+
+    def synced(self) -> int:
+        """The highest ticket known durable. Raises RescueError if a sync failed."""
+        syncer = self._syncer
+        if syncer is None:
+            return 0
+        if syncer.error is not None:
+            raise RescueError(f"{self.path}: cannot sync rescue log: {syncer.error}")
+        return syncer.done
+
+    def wait_synced(self, ticket: int) -> None:
+        if self._syncer is not None:
+            self._syncer.wait(ticket)
+        self.synced()
+
     def close(self) -> None:
+        if self._syncer is not None:
+            self._syncer.stop()
+            self._syncer = None
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+
+class _Syncer(threading.Thread):
+    def __init__(self, fd: int) -> None:
+        super().__init__(name="rescue-sync", daemon=True)
+        self.fd = fd
+        self.cond = threading.Condition()
+        self.requested = 0
+        self.done = 0
+        self.error: str | None = None
+        self.stopping = False
+
+    def request(self) -> int:
+        with self.cond:
+            self.requested += 1
+            self.cond.notify_all()
+            return self.requested
+
+    def wait(self, ticket: int) -> None:
+        with self.cond:
+            while self.done < ticket and self.error is None and self.is_alive():
+                self.cond.wait(1.0)
+
+    def stop(self) -> None:
+        with self.cond:
+            self.stopping = True
+            self.cond.notify_all()
+        self.join()
+
+    def run(self) -> None:
+        while True:
+            with self.cond:
+                while self.requested == self.done and not self.stopping:
+                    self.cond.wait()
+                if self.requested == self.done:
+                    return
+                target = self.requested
+            try:
+                os.fdatasync(self.fd)
+            except OSError as e:
+                with self.cond:
+                    self.error = e.strerror or str(e)
+                    self.cond.notify_all()
+                return
+            with self.cond:
+                self.done = target
+                self.cond.notify_all()
 
 
 def _records(names: Iterable[str]) -> bytes:

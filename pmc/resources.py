@@ -18,6 +18,7 @@ class Host:
         "cpus",
         "free_cpus",
         "free_memory",
+        "free_slots",
         "idle",
         "memory",
         "name",
@@ -30,6 +31,7 @@ class Host:
         self.memory = memory  # MB
         self.free_cpus = cpus
         self.free_memory = memory
+        self.free_slots = 0  # over all its workers
         self.workers: list[Worker] = []
         # Workers with a free slot, in the order they got one (a dict as an ordered set:
         # taking a worker out is O(1) however many share the host).
@@ -107,6 +109,7 @@ class Resources:
             host = self.hosts[hostname] = Host(hostname, cpus, memory, cpu_socket or {})
         worker = Worker(rank, host, len(host.workers), slots, pid)
         host.workers.append(worker)
+        host.free_slots += slots
         self.workers[rank] = worker
         if slots > 0:
             host.idle[worker] = None
@@ -124,6 +127,7 @@ class Resources:
             if not host.idle:
                 self._idle_hosts.pop(host.name, None)
         host.workers.remove(worker)
+        host.free_slots -= worker.free_slots
         worker.free_slots = 0
         return worker
 
@@ -155,6 +159,7 @@ class Resources:
         host = worker.host
         host.free_cpus -= cpus
         host.free_memory -= memory
+        host.free_slots -= 1
         worker.free_slots -= 1
         if worker.free_slots == 0:
             del host.idle[worker]
@@ -167,6 +172,7 @@ class Resources:
         host.free_memory += memory
         if worker.rank not in self.workers:
             return
+        host.free_slots += 1
         worker.free_slots += 1
         if worker.free_slots == 1:
             host.idle[worker] = None

@@ -65,3 +65,19 @@ def test_old_style_trailing_newline_records_are_read(tmp_path: Path) -> None:
     path = tmp_path / "w.rescue"
     path.write_text("DONE A\nDONE t1\n")
     assert read_rescue(str(path), d)[0] == {d.index["A"], d.index["t1"]}
+
+
+def test_group_commit_tickets(tmp_path: Path) -> None:
+    d = dag(tmp_path)
+    path = tmp_path / "w.rescue"
+    log = RescueLog(str(path), d, set())
+    assert log.synced() == 0
+    log.write(["A"])
+    first = log.request_sync()
+    log.write(["B"])
+    second = log.request_sync()
+    assert second > first
+    log.wait_synced(second)
+    assert log.synced() >= second
+    log.close()
+    assert path.read_bytes() == b"\nDONE A\nDONE B"

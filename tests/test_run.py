@@ -270,3 +270,15 @@ def test_umask_is_respected(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     for name in ("d.dag.rescue", "out.txt", "d.dag.resource"):
         assert (tmp_path / name).stat().st_mode & 0o077 == 0, name
+
+
+def test_mpi_run_that_cannot_start_ends_every_rank(tmp_path: Path) -> None:
+    dag = write_dag(tmp_path / "d.dag", DIAMOND)
+    with open(dag) as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        r = pmc_mpi(3, ["run", dag.name], tmp_path, timeout=60)
+    assert r.returncode != 0
+    assert "locked by another run" in r.stderr
+    bad = write_dag(tmp_path / "bad.dag", "TASK A\n")
+    r = pmc_mpi(3, ["run", bad.name], tmp_path, timeout=60)
+    assert r.returncode != 0 and "bad.dag:1" in r.stderr
