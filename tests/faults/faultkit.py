@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -207,16 +208,34 @@ def new_marker() -> str:
     return f"pmcfault{uuid.uuid4().hex[:12]}"
 
 
-def finish_rusage(proc: subprocess.Popen[bytes], timeout: float,
-                  what: str = "pmc") -> tuple[int, int]:
-    """Like ``finish``, and also the peak RSS in kB of the process and every descendant it
-    waited for (for pmc embedded: the master, its workers and their tasks)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            proc.returncode = os.waitstatus_to_exitcode(status)
-            return proc.returncode, usage.ru_maxrss
-        if time.monotonic() > deadline:
-            return finish(proc, 0, what), 0  # kills the tree and fails the test
-        time.sleep(0.05)
+
+class PeakRss:
+    """Samples VmHWM (peak RSS, kB) of a process and its pmc descendants (workers) every
+    20 ms while it runs. Per process, unlike a wait4() rusage, which also counts the
+    memory of the parent that forked the child."""
+
+    def __init__(self, root: int) -> None:
+        self.root = root
+        self.peaks: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set() and alive(self.root):
+            pids = {"master": self.root}
+            for pid in descendants(self.root):
+                argv = cmdline(pid)
+                if "pmc.worker" in argv:
+                    pids[f"worker {argv.split('--rank ')[1].split()[0]}"] = pid
+            for role, pid in pids.items():
+                try:
+                    self.peaks[role] = max(self.peaks.get(role, 0), status_kb(pid, "VmHWM"))
+                except (OSError, KeyError, IndexError):
+                    pass
+            time.sleep(0.02)
+
+    def stop(self) -> dict[str, int]:
+        self._stop.set()
+        self._thread.join()
+        return self.peaks

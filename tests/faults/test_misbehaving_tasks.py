@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from faultkit import finish, finish_rusage, mpi_argv, pmc_argv, rescue_names, start
+from faultkit import PeakRss, finish, mpi_argv, pmc_argv, rescue_names, start
 
 pytestmark = pytest.mark.faults
 
@@ -38,14 +38,18 @@ def test_lingering_children_and_closed_stdio_embedded(tmp_path: Path, marker: st
     (tmp_path / "w.dag").write_text(lingering(marker) +
                                     f"TASK bigout /bin/sh -c 'head -c {GB} /dev/zero'\n")
     proc = start(pmc_argv(["run", "w.dag", "--workers", "2", "-o", "/dev/null"]), tmp_path)
+    sampler = PeakRss(proc.pid)
     # The children sleep 60 s: finishing well before that shows nobody waited for them.
-    code, maxrss = finish_rusage(proc, 45, "a run whose tasks left children behind")
+    code = finish(proc, 45, "a run whose tasks left children behind")
+    peaks = sampler.stop()
     err = (tmp_path / "run.stderr").read_text()
     assert code == 0, err
     assert len(rescue_names(tmp_path / "w.dag.rescue")) == 10
     assert (tmp_path / "fwd.txt").read_text() == "forwarded\n"
-    assert maxrss < RSS_LIMIT_KB, f"peak RSS {maxrss} kB after 1 GB of task stdout"
-    print(f"\n[misbehaving] 1 GB of stdout: peak RSS of master and workers {maxrss} kB")
+    assert {"master", "worker 1", "worker 2"} <= set(peaks), peaks
+    for role, kb in peaks.items():
+        assert kb < RSS_LIMIT_KB, f"{role}: peak RSS {kb} kB after 1 GB of task stdout"
+    print(f"\n[misbehaving] 1 GB of stdout: peak RSS (kB) {peaks}")
 
 
 def test_lingering_children_and_closed_stdio_mpi(tmp_path: Path, marker: str) -> None:
