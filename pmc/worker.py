@@ -400,9 +400,10 @@ class Worker:
                 timeout = left if timeout is None else min(timeout, left)
             if self.inbox:
                 timeout = 0
-            elif polling and timeout is not None and 0 < timeout < 0.001:
+            elif polling and not self.running and timeout is not None and 0 < timeout < 0.001:
                 # epoll counts in whole milliseconds (rounded up): nap precisely, then
-                # look without waiting.
+                # look without waiting. Not while tasks run: their pidfds must wake us
+                # the moment one exits.
                 time.sleep(timeout)
                 timeout = 0
             events = self.sel.select(timeout)
