@@ -13,6 +13,7 @@ import resource
 import subprocess
 import sys
 from collections.abc import Iterator
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,8 @@ from pmc.site import LAUNCHERS, SCHEDULERS, Site, SiteError, load_site
 pytestmark = pytest.mark.faults
 
 REPO = Path(__file__).resolve().parents[2]
-SCHEMA = json.loads((REPO / "pmc" / "schemas" / "site.schema.json").read_text())
+# The installed package's schema: the container's test stage has no source tree.
+SCHEMA = json.loads(resources.files("pmc.schemas").joinpath("site.schema.json").read_text())
 KEYS = sorted(SCHEMA["properties"])
 EXAMPLES = sorted((REPO / "configs").glob("site-*.yaml"))
 
