@@ -21,44 +21,40 @@ class _Parser(argparse.ArgumentParser):
     """Usage errors exit 2 with one line of usage and one of error."""
 
 
-def _positive_int(text: str) -> int:
+def _whole(text: str, minimum: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
     return value
 
 
+def _positive_int(text: str) -> int:
+    return _whole(text, 1)
+
+
 def _nonneg_int(text: str) -> int:
+    return _whole(text, 0)
+
+
+def _positive(text: str, unit: str) -> float:
     try:
-        value = int(text)
+        value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+        raise argparse.ArgumentTypeError(f"expected {unit}, got {text!r}") from None
+    if not 0 < value < float("inf"):  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be a positive number of {unit}, got {text}")
     return value
 
 
 def _minutes(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected minutes, got {text!r}") from None
-    if not value > 0 or value != value or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of minutes, got {text}")
-    return value
+    return _positive(text, "minutes")
 
 
 def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
-    return value
+    return _positive(text, "seconds")
 
 
 def _port(text: str) -> int:
