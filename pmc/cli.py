@@ -238,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     report_p.add_argument("eventlog", metavar="EVENTLOG", help="the JSON event log")
     report_p.add_argument("--plot", metavar="PNG",
                           help="also plot concurrency and throughput over time (matplotlib)")
-    report_p.add_argument("--bin", metavar="SECONDS", type=float,
+    report_p.add_argument("--bin", metavar="SECONDS", type=_seconds,
                           help="width of the time bins (default: about 20 bins)")
     report_p.add_argument("--top", metavar="N", type=_positive_int, default=10,
                           help="how many slowest tasks to list (default 10)")
