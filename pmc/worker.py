@@ -552,6 +552,7 @@ while True:
     *lines, buf = (buf + data).split(b"\\n")
     for line in lines:
         (groups.add if line[:1] == b"+" else groups.discard)(int(line[1:]))
+    time.sleep(0.1)  # let lines gather in the pipe: a few wake-ups a second, not 2 per task
 def signal_all(sig):
     alive = set()
     for g in groups:
