@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+import reprlib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -102,9 +103,14 @@ def load_site(path: str | Path) -> Site:
     """Read, validate and convert the profile at ``path``."""
     source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        raw = Path(path).read_bytes()
     except OSError as e:
         raise SiteError(f"{source}: cannot read site profile: {e.strerror or e}") from e
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise SiteError(f"{source}:{line}: not UTF-8 text (byte {raw[e.start]:#04x})") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -112,6 +118,10 @@ def load_site(path: str | Path) -> Site:
         where = f"{source}:{mark.line + 1}" if mark is not None else source
         problem = getattr(e, "problem", None) or str(e)
         raise SiteError(f"{where}: not valid YAML: {problem}") from e
+    except RecursionError:
+        raise SiteError(f"{source}: not a usable profile: nested too deeply") from None
+    except ValueError as e:  # e.g. an integer of thousands of digits
+        raise SiteError(f"{source}: not a usable profile: {e}") from None
     return parse_site(data, source)
 
 
@@ -119,6 +129,7 @@ def parse_site(data: object, source: str = "<profile>") -> Site:
     """Validate already-parsed YAML ``data`` and convert it."""
     if not isinstance(data, dict):
         raise SiteError(f"{source}: a site profile is a mapping of keys, got {_show(data)}")
+    _check_keys(data, source)
     schema = _schema()
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(data), key=lambda e: (list(e.absolute_path), e.message))
@@ -147,10 +158,50 @@ def _path(parts: list[Any]) -> str:
     return text or "(top level)"
 
 
+MAX_VALUES = 100_000  # a site profile has dozens; YAML aliases can expand to billions
+
+
+def _check_keys(data: dict[Any, Any], source: str) -> None:
+    """Every mapping key is text (YAML also allows numbers, lists...), and the document is
+    not an alias bomb: the values it expands to, counting shared ones every time they are
+    referred to, stay few. Iterative, each object visited once."""
+    size: dict[int, int] = {}  # id -> expanded number of values below and including it
+    stack: list[tuple[object, list[Any], bool]] = [(data, [], False)]
+    while stack:
+        node, where, children_done = stack.pop()
+        if id(node) in size:
+            continue
+        if isinstance(node, dict):
+            items = list(node.items())
+        elif isinstance(node, list):
+            items = list(enumerate(node))
+        else:
+            size[id(node)] = 1
+            continue
+        if children_done:
+            total = 1 + sum(size.get(id(v), 1) for _k, v in items)
+            if total > MAX_VALUES:
+                raise SiteError(f"{source}: {_path(where)}: expands to more than "
+                                f"{MAX_VALUES} values (YAML aliases?); a profile has dozens")
+            size[id(node)] = total
+            continue
+        stack.append((node, where, True))
+        for key, value in items:
+            if isinstance(node, dict) and not isinstance(key, str):
+                raise SiteError(f"{source}: {_path(where)}: keys must be text, got {_show(key)}")
+            if id(value) not in size:
+                stack.append((value, [*where, key], False))
+
+
+# Short, bounded renderings of bad values: an aliased structure may be enormous.
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 80
+
+
 def _show(value: object) -> str:
-    if isinstance(value, str):
-        return repr(value)
-    return json.dumps(value) if isinstance(value, int | float | bool | type(None)) else repr(value)
+    if isinstance(value, bool | type(None)):
+        return json.dumps(value)
+    return _REPR.repr(value)
 
 
 def _subschema(schema: dict[str, Any], e: jsonschema.ValidationError) -> dict[str, Any]:
