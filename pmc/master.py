@@ -45,6 +45,10 @@ class FatalError(Exception):
     """Stops the run before or while it runs; the message is logged as FATAL."""
 
 
+class Interrupted(Exception):
+    """A signal arrived before the first task could start: nothing ran, nothing failed."""
+
+
 class ForwardFiles:
     """The master's appending writers for I/O forwarding, at most ``maxfds`` open at once
     (least recently used closed first). Files are opened in append mode, never truncated."""
@@ -183,7 +187,7 @@ class Master:
                 raise FatalError(f"Worker {rank} exited before it reported")
             self.check_signal()
             if self.stop_reason:
-                raise FatalError(self.stop_reason)
+                raise Interrupted(self.stop_reason)
         for host in self.resources.hosts.values():
             log.info(f"Host {host.name}: {len(host.workers)} worker(s), {host.cpus} cpus, "
                      f"{host.memory} MB memory")
@@ -224,7 +228,7 @@ class Master:
                 failures.append(f"Worker {rank} was lost while running the host script")
             self.check_signal()
             if self.stop_reason:
-                raise FatalError(self.stop_reason)
+                raise Interrupted(self.stop_reason)
         if failures:
             raise FatalError("; ".join(failures))
 

@@ -23,6 +23,7 @@ from pmc.master import (
     EXIT_OK,
     EXIT_USAGE,
     FatalError,
+    Interrupted,
     Master,
     write_summary,
 )
@@ -133,8 +134,12 @@ def _run_with_transport(opts: RunOptions, dag: DAG, done: set[int],
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     summary = None
+    interrupted = False
     try:
         summary = master.run()
+    except Interrupted as e:
+        log.error(f"Aborting workflow: {e}")
+        interrupted = True
     except FatalError as e:
         log.fatal(str(e))
     except OSError as e:
@@ -150,7 +155,7 @@ def _run_with_transport(opts: RunOptions, dag: DAG, done: set[int],
     if summary is None:
         for obs in all_observers:
             obs.close()
-        return EXIT_FAILED
+        return EXIT_INCOMPLETE if interrupted else EXIT_FAILED
     for obs in all_observers:
         obs.finished(summary)
         obs.close()

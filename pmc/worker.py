@@ -143,16 +143,29 @@ class Worker:
         self.guard(b"+%d\n" % proc.pid)  # its group lives until the end of the run
         self.flush_guard()
         timeout = self.cfg.host_script_timeout
-        try:
-            code = proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGALRM)
+        deadline = time.monotonic() + timeout
+        code: int | None = None
+        while code is None:
             try:
-                proc.wait(KILL_GRACE)
+                code = proc.wait(0.1)
             except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            return False, f"Host script {path} timed out after {timeout:g} s"
+                pass
+            else:
+                break
+            # The master may stop the run meanwhile (a signal): do not make it wait for
+            # the rest of the script's 60 s.
+            self.inbox.extend(m for _src, m in self.t.poll(0))
+            stop = any(m[0] in (protocol.SHUTDOWN, protocol.KILL) for m in self.inbox)
+            if stop or self.term_requested or time.monotonic() >= deadline:
+                proc.send_signal(signal.SIGALRM)
+                try:
+                    proc.wait(KILL_GRACE)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+                if stop or self.term_requested:
+                    return False, f"Host script {path} interrupted: the run is stopping"
+                return False, f"Host script {path} timed out after {timeout:g} s"
         if code != 0:
             how = f"signal {-code}" if code < 0 else f"exit code {code}"
             return False, f"Host script {path} failed with {how}"

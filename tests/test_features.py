@@ -399,3 +399,22 @@ def test_no_sleep_on_recv_under_mpi(tmp_path: Path) -> None:
     r = pmc_mpi(3, ["run", "--no-sleep-on-recv", dag.name], tmp_path)
     assert r.returncode == 0, r.stderr
     assert rescue_done(tmp_path / "d.dag.rescue") == ["A", "B", "C", "D"]
+
+
+def test_signal_while_the_host_script_runs_is_an_incomplete_run(tmp_path: Path) -> None:
+    script = tmp_path / "host.sh"
+    script.write_text(f"#!/bin/sh\ntouch {tmp_path}/started\nsleep 60\n")
+    script.chmod(0o755)
+    dag = write_dag(tmp_path / "w.dag", f"TASK a /bin/sh -c 'touch {tmp_path}/ran'\n")
+    proc = subprocess.Popen([PY, "-m", "pmc", "run", "--host-script", str(script), dag.name],
+                            cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    for _ in range(300):
+        if (tmp_path / "started").exists():
+            break
+        time.sleep(0.05)
+    proc.terminate()
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 3, err
+    assert "Aborting workflow: received SIGTERM" in err
+    assert not (tmp_path / "ran").exists()
