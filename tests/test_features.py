@@ -77,20 +77,20 @@ def test_forwarded_data_of_a_failed_task_is_not_written(tmp_path: Path) -> None:
     assert not out.exists() or out.read_text() == ""
 
 
-def test_forwarding_write_error_fails_the_task(tmp_path: Path) -> None:
+def test_forwarding_write_error_fails_the_task(launch, tmp_path: Path) -> None:
     dag = write_dag(tmp_path / "w.dag",
                     f'TASK t -f O={tmp_path}/no/such/dir/out /bin/sh -c "echo data >&$O"\n')
-    r = pmc(["run", dag.name], tmp_path)
+    r = launch([dag.name], tmp_path)
     assert r.returncode == 1
     assert "Task t failed due to I/O forwarding errors" in r.stderr
     assert rescue_done(tmp_path / "w.dag.rescue") == []
 
 
-def test_maxfds_one_still_writes_every_file(tmp_path: Path) -> None:
+def test_maxfds_one_still_writes_every_file(launch, tmp_path: Path) -> None:
     tasks = "".join(
         f'TASK t{i} -f O={tmp_path}/f{i % 3}.txt /bin/sh -c "echo t{i} >&$O"\n' for i in range(9))
     dag = write_dag(tmp_path / "w.dag", tasks)
-    r = pmc(["run", "--maxfds", "1", dag.name], tmp_path)
+    r = launch(["--maxfds", "1", dag.name], tmp_path)
     assert r.returncode == 0, r.stderr
     for k in range(3):
         assert sorted((tmp_path / f"f{k}.txt").read_text().split()) == sorted(
@@ -114,14 +114,14 @@ def test_file_forwarding(launch, tmp_path: Path) -> None:
     assert not list(tmp_path.glob("src*")), "sources are deleted after forwarding"
 
 
-def test_file_forwarding_limits(tmp_path: Path) -> None:
+def test_file_forwarding_limits(launch, tmp_path: Path) -> None:
     (tmp_path / "adir").mkdir()
     dag = write_dag(tmp_path / "w.dag", f"""\
 TASK dir -F {tmp_path}/adir={tmp_path}/d1 /bin/true
 TASK big -F {tmp_path}/big={tmp_path}/d2 /bin/sh -c "head -c 1048577 /dev/zero > {tmp_path}/big"
 TASK fine -F {tmp_path}/ok={tmp_path}/d3 /bin/sh -c "head -c 1048576 /dev/zero > {tmp_path}/ok"
 """)
-    r = pmc(["run", dag.name], tmp_path)
+    r = launch([dag.name], tmp_path)
     assert r.returncode == 1
     assert f"forwarded file {tmp_path}/adir is a directory" in r.stderr
     assert "more than the 1048576 byte limit" in r.stderr
@@ -156,12 +156,12 @@ def test_host_script_from_environment(tmp_path: Path) -> None:
     assert marks.read_text() == "ran\n"
 
 
-def test_failing_host_script_aborts_the_workflow(tmp_path: Path) -> None:
+def test_failing_host_script_aborts_the_workflow(launch, tmp_path: Path) -> None:
     script = tmp_path / "host.sh"
     script.write_text("#!/bin/sh\nexit 7\n")
     script.chmod(0o755)
     dag = write_dag(tmp_path / "w.dag", f"TASK a /bin/sh -c 'touch {tmp_path}/ran'\n")
-    r = pmc(["run", "--host-script", str(script), dag.name], tmp_path)
+    r = launch(["--host-script", str(script), dag.name], tmp_path)
     assert r.returncode == 1
     assert "failed with exit code 7" in r.stderr
     assert not (tmp_path / "ran").exists()
@@ -181,14 +181,14 @@ def test_host_script_timeout(tmp_path: Path) -> None:
     assert time.monotonic() - t0 < 25, "the script is stopped, not waited for"
 
 
-def test_host_script_children_are_terminated_at_the_end(tmp_path: Path) -> None:
+def test_host_script_children_are_terminated_at_the_end(launch, tmp_path: Path) -> None:
     pidfile = tmp_path / "daemon.pid"
     script = tmp_path / "host.sh"
     # A service left running by the host script, as memcached would be.
     script.write_text(f"#!/bin/sh\nsleep 300 &\necho $! > {pidfile}\nexit 0\n")
     script.chmod(0o755)
     dag = write_dag(tmp_path / "d.dag", DIAMOND)
-    r = pmc(["run", "--host-script", str(script), dag.name], tmp_path)
+    r = launch(["--host-script", str(script), dag.name], tmp_path)
     assert r.returncode == 0, r.stderr
     pid = int(pidfile.read_text())
     for _ in range(50):
@@ -224,17 +224,17 @@ def test_per_task_stdio(launch, tmp_path: Path) -> None:
     assert "[cluster-summary" in r.stdout
 
 
-def test_strict_limits(tmp_path: Path) -> None:
+def test_strict_limits(launch, tmp_path: Path) -> None:
     alloc = f"{PY} -c \"bytearray(200 * 1024 * 1024)\""
     dag = write_dag(tmp_path / "w.dag",
                     f"TASK greedy -m 100 {alloc}\nTASK modest -m 400 {alloc}\n"
                     "TASK unlimited /bin/true\n")
-    r = pmc(["run", "--strict-limits", dag.name], tmp_path)
+    r = launch(["--strict-limits", dag.name], tmp_path)
     assert r.returncode == 1
     assert "Task greedy failed" in r.stderr
     assert rescue_done(tmp_path / "w.dag.rescue") == ["modest", "unlimited"]
     # Without --strict-limits the same allocation succeeds.
-    r = pmc(["run", "-s", dag.name], tmp_path)
+    r = launch(["-s", dag.name], tmp_path)
     assert r.returncode == 0, r.stderr
 
 
@@ -338,18 +338,18 @@ def test_jobstate_log(launch, tmp_path: Path) -> None:
     assert seqs["A"] == "1" and seqs["D"] == "4"
 
 
-def test_jobstate_log_of_a_failure(tmp_path: Path) -> None:
+def test_jobstate_log_of_a_failure(launch, tmp_path: Path) -> None:
     dag = write_dag(tmp_path / "w.dag", "TASK bad /bin/sh -c 'exit 5'\n")
-    r = pmc(["run", "--jobstate-log", dag.name], tmp_path)
+    r = launch(["--jobstate-log", dag.name], tmp_path)
     assert r.returncode == 1
     body = (tmp_path / "jobstate.log").read_text().splitlines()
     assert re.match(r"^\d+\.\d{6} bad JOB_FAILURE 5 - - 1$", body[-2])
     assert body[-1].endswith("INTERNAL *** PMC_FINISHED 1 ***")
 
 
-def test_monitord_hack(tmp_path: Path) -> None:
+def test_monitord_hack(launch, tmp_path: Path) -> None:
     dag = write_dag(tmp_path / "d.dag", DIAMOND + "TASK E /bin/false\n")
-    r = pmc(["run", "--monitord-hack", dag.name], tmp_path)
+    r = launch(["--monitord-hack", dag.name], tmp_path)
     assert r.returncode == 1
     text = (tmp_path / "d.dag.dagman.out").read_text().splitlines()
     for line in text:
