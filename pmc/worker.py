@@ -414,10 +414,11 @@ class Worker:
             if self.inbox:
                 timeout = 0
             elif polling and not self.running and timeout is not None and 0 < timeout < 0.001:
-                # epoll counts in whole milliseconds (rounded up): nap precisely, then
-                # look without waiting. Not while tasks run: their pidfds must wake us
+                # Nothing runs: wait in the transport, which looks for the master's next
+                # message precisely (epoll counts whole milliseconds), then look at the
+                # rest without waiting. Not while tasks run: their pidfds must wake us
                 # the moment one exits.
-                time.sleep(timeout)
+                self.inbox.extend(m for _src, m in self.t.poll(timeout))
                 timeout = 0
             events = self.sel.select(timeout)
             got_message = False
