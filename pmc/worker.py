@@ -106,8 +106,9 @@ class Worker:
         self.guard_fd = _start_guard()
         self.guard_lines: list[bytes] = []
         self.base_env = dict(os.environ)
-        for var in ("PMC_AFFINITY",):
-            self.base_env.pop(var, None)
+        # Set per task, and only for tasks bound with --set-affinity (a pmc run inside a
+        # task of another must not pass the outer binding on).
+        self.base_env.pop("PMC_AFFINITY", None)
         self.term_requested = False
         self.inbox: deque[protocol.Message] = deque()  # received, not yet handled
         self.last_activity = time.monotonic()  # polling transports: last message or exit
