@@ -161,6 +161,7 @@ class Master:
             host_script_timeout=o.host_script_timeout,
             sleep_on_recv=not o.no_sleep_on_recv,
             log_level=log.level(),
+            log_format=o.log_format,
         )
 
     def gather_workers(self) -> None:

@@ -52,6 +52,7 @@ class WorkerConfig(NamedTuple):
     host_script_timeout: float  # seconds before SIGALRM
     sleep_on_recv: bool
     log_level: int
+    log_format: str  # "text" or "json"
 
 
 class TaskSpec(NamedTuple):

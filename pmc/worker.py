@@ -466,7 +466,7 @@ def run(transport: Transport) -> int:
         log.fatal(f"worker {transport.rank}: unexpected first message from master: {msg[:2]}")
         return 1
     cfg: WorkerConfig = msg[2]
-    log.setup(cfg.log_level, prefix=f"rank {transport.rank}: ")
+    _setup_logging(cfg, transport.rank)
     try:
         worker = Worker(transport, cfg)
         worker.inbox.extend(inbox)
@@ -497,6 +497,19 @@ def run(transport: Transport) -> int:
         for sig, handler in prev_handlers.items():
             signal.signal(sig, handler)
     return 0
+
+
+def _setup_logging(cfg: WorkerConfig, rank: int) -> None:
+    """The master's log format for this worker's own messages (on its stderr): text lines
+    prefixed with the rank, or JSON objects with a rank field."""
+    if cfg.log_format != "json":
+        log.setup(cfg.log_level, prefix=f"rank {rank}: ")
+        return
+    from pmc.observe import LogOutput
+
+    out = LogOutput("json", None, cfg.log_level)
+    out.logger = out.logger.bind(rank=rank)
+    log.setup(cfg.log_level, sink=out.message)
 
 
 def _wait(transport: Transport, inbox: deque[protocol.Message]) -> protocol.Message:

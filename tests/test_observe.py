@@ -223,3 +223,15 @@ def test_importing_configures_nothing() -> None:
 def test_log_output_rejects_unknown_format() -> None:
     with pytest.raises(ValueError):
         LogOutput("xml")
+
+
+@pytest.mark.parametrize("mode", ["local", "mpi"])
+def test_worker_messages_follow_the_log_format(mode: str, tmp_path: Path) -> None:
+    dag = write_dag(tmp_path / "w.dag", "TASK gone /no/such/program\n")
+    args = ["run", "--log-format", "json", dag.name]
+    r = pmc(args, tmp_path) if mode == "local" else pmc_mpi(3, args, tmp_path)
+    assert r.returncode == 1
+    lines = [json.loads(line) for line in r.stderr.splitlines() if line.startswith("{")]
+    assert not [line for line in r.stderr.splitlines() if line.startswith("[")], r.stderr
+    worker = [e for e in lines if "rank" in e and e["event"].startswith("Task gone failed: ")]
+    assert len(worker) == 1 and worker[0]["level"] == "error" and worker[0]["rank"] >= 1
