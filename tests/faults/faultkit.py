@@ -5,11 +5,9 @@ and make sure nothing a test started outlives it."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import sysconfig
 import threading
 import time
 import uuid
@@ -17,25 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
-
-
-def _find_mpiexec() -> str | None:
-    scripts = Path(sysconfig.get_path("scripts"))
-    for name in ("mpiexec", "mpiexec.hydra"):
-        if (scripts / name).exists():
-            return str(scripts / name)
-    return shutil.which("mpiexec")
-
-
-MPIEXEC = _find_mpiexec()
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    """The environment a user's shell would give pmc: no launcher variables from outside."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PMI_", "PMIX_", "OMPI_", "SLURM_", "ALPS_", "PMC_", "MPI_"))}
-    env.update(extra)
-    return env
+from pmctest import MPIEXEC, clean_env
 
 
 def _stat(pid: int) -> tuple[int, int, int] | None:
