@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+from pmctest import DIAMOND
 
 HERE = Path(__file__).parent
 REPO = HERE.parent.parent
@@ -35,18 +36,6 @@ FAKE_TOOLS = [
     "poe",
     "apptainer",
 ]
-
-DIAMOND = """\
-TASK A /bin/echo "I am A"
-TASK B /bin/echo "I am B"
-TASK C /bin/echo "I am C"
-TASK D /bin/echo "I am D"
-EDGE A B
-EDGE A C
-EDGE B D
-EDGE C D
-"""
-
 
 @dataclass
 class Fakes:
