@@ -31,6 +31,13 @@ def _stat(pid: int) -> tuple[int, int, int] | None:
     return int(fields[1]), int(fields[2]), int(fields[3])
 
 
+def is_worker(pid: int, master: int) -> bool:
+    """A worker of ``master``: its direct child running pmc.worker. (A task between fork
+    and exec still shows its worker's command line, one level further down.)"""
+    st = _stat(pid)
+    return st is not None and st[0] == master and "pmc.worker" in cmdline(pid)
+
+
 def all_pids() -> list[int]:
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]
 
@@ -205,8 +212,8 @@ class PeakRss:
         while not self._stop.is_set() and alive(self.root):
             pids = {"master": self.root}
             for pid in descendants(self.root):
-                argv = cmdline(pid)
-                if "pmc.worker" in argv:
+                if is_worker(pid, self.root):
+                    argv = cmdline(pid)
                     pids[f"worker {argv.split('--rank ')[1].split()[0]}"] = pid
             for role, pid in pids.items():
                 try:

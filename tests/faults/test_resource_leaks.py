@@ -11,7 +11,17 @@ import os
 from pathlib import Path
 
 import pytest
-from faultkit import cmdline, descendants, fd_count, finish, pmc_argv, start, status_kb, wait_for
+from faultkit import (
+    cmdline,
+    descendants,
+    fd_count,
+    finish,
+    is_worker,
+    pmc_argv,
+    start,
+    status_kb,
+    wait_for,
+)
 
 pytestmark = pytest.mark.faults
 
@@ -42,7 +52,7 @@ def test_rss_and_fds_stay_flat(tmp_path: Path) -> None:
         for pid in descendants(proc.pid):
             argv = cmdline(pid)
             for rank in (1, 2):
-                if "pmc.worker" in argv and f"--rank {rank} " in argv:
+                if is_worker(pid, proc.pid) and f"--rank {rank} " in argv:
                     pids[f"worker{rank}"] = pid
         assert len(pids) == 3, pids
         first = sample(pids)

@@ -19,6 +19,7 @@ from faultkit import (
     cmdline,
     descendants,
     finish,
+    is_worker,
     mpi_argv,
     mpi_ranks,
     pmc_argv,
@@ -49,7 +50,7 @@ def lines(path: Path) -> list[str]:
 def worker_pid(master: int, rank: int) -> int:
     for pid in descendants(master):
         argv = cmdline(pid)
-        if "pmc.worker" in argv and f"--rank {rank} " in argv:
+        if is_worker(pid, master) and f"--rank {rank} " in argv:
             return pid
     raise AssertionError(f"no worker {rank} under {master}")
 
