@@ -181,6 +181,8 @@ class LocalWorker:
             data = self.sock.recv(_RECV)
         except BlockingIOError:
             return
+        except OSError as e:  # e.g. reset: the master was killed
+            raise TransportError(f"master is gone: {e}") from e
         finally:
             self.sock.setblocking(True)
         if not data:
