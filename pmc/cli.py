@@ -119,6 +119,10 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                       help="embedded mode: worker processes (default: one per cpu)")
     ours.add_argument("--worker-slots", metavar="K", type=_positive_int, default=1,
                       help="task slots per worker rank (default 1, as in PMC)")
+    ours.add_argument("--no-prefetch", action="store_true",
+                      help="send a worker a task only when it has a free slot (PMC's way); "
+                      "by default each busy slot also holds the next task, started the "
+                      "moment the running one ends")
     ours.add_argument("--log-format", choices=("text", "json"), default="text",
                       help="log lines as text (default) or one JSON object per line")
     ours.add_argument("--log-file", metavar="PATH", help="write the log here, not stderr")
@@ -182,6 +186,7 @@ def options_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> R
         mode=args.mode or "auto",
         workers=args.workers,
         worker_slots=args.worker_slots,
+        prefetch=not args.no_prefetch,
         log_format=args.log_format,
         log_file=args.log_file,
         metrics_port=args.metrics_port,

@@ -15,7 +15,7 @@ import sys
 import time
 from array import array
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from pmc import log, protocol
@@ -103,6 +103,17 @@ class Master:
         self.seq = array("i", bytes(4 * len(dag)))  # jobstate sequence number, 0 = none yet
         self.next_seq = 1
         self.running: dict[int, tuple[Worker, tuple[int, ...] | None]] = {}
+        # Prefetching: a task sent to a worker to start in the place of one of its running
+        # tasks the moment that ends, so the slot does not wait for a round trip to the
+        # master. It takes the slot and the resources over from that task; until its
+        # predecessor's result arrives it is "queued", unseen by the observers.
+        # Off with --max-failures: a task queued behind one that fails would start before
+        # the master could count that failure.
+        self.prefetch = opts.prefetch and not opts.max_failures
+        self.queued: dict[int, tuple[Worker, int]] = {}  # task -> (worker, predecessor)
+        self.next_of: dict[int, int] = {}  # running or queued task -> its successor
+        self.tails: dict[int, None] = {}  # running tasks without a successor, oldest first
+        self.recalling: set[int] = set()  # queued tasks asked back, not returned yet
         self.rescue: RescueLog | None = None
         # (sync ticket, results) whose DONE records are written but not yet durable
         self.unsynced: deque[tuple[int, list[tuple[TaskResult, str | None]]]] = deque()
@@ -266,6 +277,7 @@ class Master:
             if self.stop_reason is None:
                 self.dispatch()
             if not self.running:
+                assert not self.queued, "a queued task outlived its predecessor"
                 if self.unsynced:
                     self.complete_synced(block=True)  # nothing else to wait for
                     continue
@@ -274,9 +286,10 @@ class Master:
             if self.stop_deadline is not None and time.monotonic() > self.stop_deadline:
                 log.error(f"{len(self.running)} task(s) did not report after the stop; "
                           "giving up on them")
-                for task_id in list(self.running):
-                    self.running.pop(task_id)
+                for task_id in [*self.running, *self.queued]:
                     self.engine.requeue(task_id)
+                self.running.clear()
+                self.queued.clear()
                 self.complete_synced(block=True)
                 break
             timeout = SYNC_CHECK if self.unsynced else SIGNAL_CHECK
@@ -292,6 +305,9 @@ class Master:
                 tag = msg[0]
                 if tag == protocol.RESULTS:
                     results.extend(msg[1])
+                elif tag == protocol.RETURNED:
+                    # Handled at once: a worker sends it before any result that follows.
+                    self.returned(msg[1])
                 elif tag == protocol.ERROR:
                     log.error(str(msg[1]))
                 elif tag == protocol.BYE:
@@ -316,6 +332,8 @@ class Master:
         engine = self.engine
         res = self.resources
         if not engine.accepting():
+            if self.queued:
+                self.recall(self.queued)  # --max-failures: nothing new may start
             return
         tasks = self.dag.tasks
         batches: dict[int, list[TaskSpec]] = {}
@@ -327,15 +345,8 @@ class Master:
                 if worker is None:
                     continue
                 task_id = engine.pop(cpus, memory)
-                task = tasks[task_id]
                 placed = True
-                if left is not None and task.expected_runtime is not None \
-                        and task.expected_runtime > left:
-                    engine.hold(task_id)
-                    reason = (f"expected runtime {task.expected_runtime:g} s exceeds the "
-                              f"{max(left, 0):.0f} s left")
-                    log.info(f"Task {task.name} not started: {reason}")
-                    self.emit("held", task, reason)
+                if not self.admit(task_id, left):
                     break
                 res.allocate(worker, cpus, memory)
                 affinity = None
@@ -343,22 +354,119 @@ class Master:
                     cpu_set = worker.host.take_cpu_set(cpus)
                     affinity = tuple(cpu_set) if cpu_set else None
                 self.running[task_id] = (worker, affinity)
-                attempt = engine.attempts[task_id]
-                batches.setdefault(worker.rank, []).append(TaskSpec(
-                    task_id, task.name, task.command, cpus, memory, attempt,
-                    task.pipe_forwards, task.file_forwards, task.pegasus_id, affinity,
-                ))
-                self.emit("dispatched", task, self.seq[task_id], attempt, worker.rank,
-                          worker.host.name)
+                self.tails[task_id] = None
+                batches.setdefault(worker.rank, []).append(self.spec(task_id, affinity))
+                self.emit_dispatched(task_id, worker)
                 self.emit("host_changed", worker.host)
                 break
             if not placed:
                 break
+        if self.prefetch:
+            if engine.nready:
+                self.prefetch_successors(batches, left)
+            elif self.queued and res.any_idle():
+                # A slot is idle while tasks wait behind running ones: take back those
+                # that could start there now (the end of a layer, uneven task lengths).
+                self.recall(tid for tid in self.queued
+                            if res.find(tasks[tid].cpus, tasks[tid].memory) is not None)
         for rank, specs in batches.items():
             try:
                 self.t.send(rank, (protocol.TASKS, specs))
             except TransportError:
                 self.worker_lost(rank)
+
+    def prefetch_successors(self, batches: dict[int, list[TaskSpec]], left: float | None) -> None:
+        """Queue the next ready task behind each running task that has none yet, if it
+        asks for no more than that task holds (it inherits its slot and resources)."""
+        engine = self.engine
+        tasks = self.dag.tasks
+        for pred in list(self.tails):
+            if not engine.nready:
+                break
+            # Only the task that would be chosen next anyway: prefetching must not
+            # reorder priorities, nor starve a bigger task waiting for resources.
+            _key, cpus, memory = engine.ready_heads()[0]
+            before = tasks[pred]
+            worker, affinity = self.running[pred]
+            if cpus > before.cpus or memory > before.memory or affinity:
+                continue
+            task_id = engine.pop(cpus, memory)
+            if not self.admit(task_id, left):
+                continue
+            del self.tails[pred]
+            self.next_of[pred] = task_id
+            self.queued[task_id] = (worker, pred)
+            batches.setdefault(worker.rank, []).append(self.spec(task_id, None, after=pred))
+
+    def admit(self, task_id: int, left: float | None) -> bool:
+        """False (and the task held for the next run) if it would outlast the wall time."""
+        task = self.dag.tasks[task_id]
+        if left is None or task.expected_runtime is None or task.expected_runtime <= left:
+            return True
+        self.engine.hold(task_id)
+        reason = (f"expected runtime {task.expected_runtime:g} s exceeds the "
+                  f"{max(left, 0):.0f} s left")
+        log.info(f"Task {task.name} not started: {reason}")
+        self.emit("held", task, reason)
+        return False
+
+    def spec(self, task_id: int, affinity: tuple[int, ...] | None, after: int = -1) -> TaskSpec:
+        task = self.dag.tasks[task_id]
+        return TaskSpec(task_id, task.name, task.command, task.cpus, task.memory,
+                        self.engine.attempts[task_id], task.pipe_forwards, task.file_forwards,
+                        task.pegasus_id, affinity, after)
+
+    def emit_dispatched(self, task_id: int, worker: Worker) -> None:
+        self.emit("dispatched", self.dag.tasks[task_id], self.seq[task_id],
+                  self.engine.attempts[task_id], worker.rank, worker.host.name)
+
+    def recall(self, task_ids: Iterable[int]) -> None:
+        """Ask workers to give queued tasks back (those not started meanwhile)."""
+        ranks = set()
+        for tid in task_ids:
+            if tid not in self.recalling:
+                self.recalling.add(tid)
+                ranks.add(self.queued[tid][0].rank)
+        for rank in sorted(ranks & self.ranks_alive):
+            try:
+                self.t.send(rank, (protocol.RECALL,))
+            except TransportError:
+                self.worker_lost(rank)
+
+    def returned(self, task_ids: list[int]) -> None:
+        """Queued tasks a worker gave back unstarted: ready again, the try not counted."""
+        for tid in task_ids:
+            entry = self.queued.pop(tid, None)
+            self.recalling.discard(tid)
+            if entry is None:
+                continue
+            _worker, pred = entry
+            del self.next_of[pred]
+            if pred in self.running:
+                self.tails[pred] = None
+            self.engine.requeue(tid)
+
+    def promote(self, pred: int, worker: Worker) -> None:
+        """``pred`` ended on ``worker``: its queued successor (if any) started in its
+        place and takes over its slot and resources. Otherwise the slot is free."""
+        tasks = self.dag.tasks
+        before = tasks[pred]
+        self.tails.pop(pred, None)
+        succ = self.next_of.pop(pred, None)
+        if succ is None:
+            self.resources.release(worker, before.cpus, before.memory)
+            self.emit("host_changed", worker.host)
+            return
+        del self.queued[succ]
+        self.recalling.discard(succ)
+        self.running[succ] = (worker, None)
+        self.tails[succ] = None
+        after = tasks[succ]
+        if (after.cpus, after.memory) != (before.cpus, before.memory):
+            self.resources.release(worker, before.cpus, before.memory)
+            self.resources.allocate(worker, after.cpus, after.memory)
+            self.emit("host_changed", worker.host)
+        self.emit_dispatched(succ, worker)
 
     def handle_results(self, results: list[TaskResult]) -> None:
         tasks = self.dag.tasks
@@ -369,10 +477,9 @@ class Master:
                 continue  # a result from a worker already given up on
             worker, affinity = entry
             task = tasks[res.id]
-            self.resources.release(worker, task.cpus, task.memory)
             if affinity:
                 worker.host.give_cpu_set(list(affinity))
-            self.emit("host_changed", worker.host)
+            self.promote(res.id, worker)
             self.runtime += res.duration
             self.cpu_time += res.cpu_time
             host = worker.host.name
@@ -468,9 +575,15 @@ class Master:
                 worker.host.free_memory += task.memory
                 if affinity:
                     worker.host.give_cpu_set(list(affinity))
+            self.tails.pop(tid, None)
+            self.next_of.pop(tid, None)
             self.engine.requeue(tid)
             if self.stop_reason is None:
                 self.mark_ready(tid)
+        for tid in [tid for tid, (w, _pred) in self.queued.items() if w.rank == rank]:
+            del self.queued[tid]  # never started, never seen by observers: ready again
+            self.recalling.discard(tid)
+            self.engine.requeue(tid)
         log.error(f"Worker {rank} was lost; {len(lost)} task(s) it was running will run "
                   "again elsewhere" if lost else f"Worker {rank} was lost")
         if not self.ranks_alive and self.stop_reason is None:

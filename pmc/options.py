@@ -39,6 +39,7 @@ class RunOptions:
     mode: str = "auto"  # "auto", "local" or "mpi"
     workers: int | None = None  # embedded mode; None: one per cpu
     worker_slots: int = 1
+    prefetch: bool = True  # queue the next task behind each running one
     # Observability
     log_format: str = "text"  # "text" or "json"
     log_file: str | None = None

@@ -10,7 +10,10 @@ worker has ready. The sequence of a run:
     worker -> master   HOST_SCRIPT(ok, message)          (only the worker that ran it)
     master -> worker   TASKS([TaskSpec, ...])            (any number of times)
     worker -> master   RESULTS([TaskResult, ...])        (any number of times)
-    master -> worker   KILL()                            (abort: kill running tasks)
+    master -> worker   RECALL()                          (give back queued tasks)
+    worker -> master   RETURNED([task id, ...])          (queued tasks given back, unstarted)
+    master -> worker   KILL()                            (abort: kill running tasks, give
+                                                          back queued ones)
     master -> worker   SHUTDOWN()
     worker -> master   BYE(error_or_None)
 """
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-VERSION = 1
+VERSION = 2
 
 CONFIG = 1
 HELLO = 2
@@ -31,6 +34,8 @@ KILL = 7
 SHUTDOWN = 8
 BYE = 9
 ERROR = 10  # worker -> master: the worker cannot go on (message)
+RECALL = 11
+RETURNED = 12
 
 Message = tuple[Any, ...]
 
@@ -66,6 +71,10 @@ class TaskSpec(NamedTuple):
     file_forwards: tuple[tuple[str, str], ...] | None
     pegasus_id: str | None
     affinity: tuple[int, ...] | None
+    # -1: start now. Otherwise the id of a task this worker runs (or holds queued): start
+    # this one the moment that one ends, in its place (prefetching: the slot never waits
+    # for a round trip to the master).
+    after: int = -1
 
 
 class TaskResult(NamedTuple):

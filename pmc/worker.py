@@ -93,6 +93,11 @@ class Worker:
         self.hostname = socket.gethostname()
         self.sel = selectors.DefaultSelector()
         self.running: dict[int, Running] = {}  # pid -> Running
+        self.running_ids: set[int] = set()  # task ids of self.running
+        # Prefetched tasks: id of the task they follow -> spec, started when it ends.
+        self.successors: dict[int, TaskSpec] = {}
+        self.successor_ids: set[int] = set()
+        self.returned: list[int] = []  # queued tasks given back, to tell the master
         self.results: list[TaskResult] = []
         self.host_script: subprocess.Popen[bytes] | None = None
         self.stopping = False
@@ -192,6 +197,28 @@ class Worker:
 
     # -- launching -------------------------------------------------------------------
 
+    def accept(self, spec: TaskSpec) -> None:
+        """Start a task now, or queue it behind the task it follows while that runs."""
+        after = spec.after
+        if after >= 0 and (after in self.running_ids or after in self.successor_ids):
+            self.successors[after] = spec
+            self.successor_ids.add(spec.id)
+        else:
+            self.launch(spec)
+
+    def start_successor(self, task_id: int) -> None:
+        """A task ended (or could not start): its queued successor takes its place."""
+        spec = self.successors.pop(task_id, None)
+        if spec is not None:
+            self.successor_ids.discard(spec.id)
+            self.launch(spec)
+
+    def recall(self) -> None:
+        """Give every queued task back to the master, unstarted."""
+        self.returned.extend(spec.id for spec in self.successors.values())
+        self.successors.clear()
+        self.successor_ids.clear()
+
     def launch(self, spec: TaskSpec) -> None:
         r = Running(spec)
         try:
@@ -276,6 +303,7 @@ class Worker:
         for fd in r.pipes:
             self.sel.register(fd, selectors.EVENT_READ, (r, fd))
         self.running[r.pid] = r
+        self.running_ids.add(spec.id)
         self.guard(b"+%d\n" % r.pid)
         log.debug(f"Task {spec.name} started as pid {r.pid}")
 
@@ -302,6 +330,7 @@ class Worker:
         log.error(f"Task {spec.name} failed: {message}")
         self.results.append(TaskResult(spec.id, spec.attempt, status, time.time(), 0.0, 0.0, 0,
                                        message, None))
+        self.start_successor(spec.id)
 
     # -- reaping -----------------------------------------------------------------------
 
@@ -335,15 +364,16 @@ class Worker:
             r.popen.returncode = 0  # reaped here; keep subprocess from waiting on it
         duration = time.monotonic() - r.t0
         status = os.waitstatus_to_exitcode(wstatus)
+        del self.running[r.pid]
+        spec = r.spec
+        self.running_ids.discard(spec.id)
         self.sel.unregister(r.pidfd)
         os.close(r.pidfd)
-        del self.running[r.pid]
         self.guard(b"-%d\n" % r.pid)
         for fd in list(r.pipes):
             self.read_pipe(r, fd)
             if fd in r.pipes:  # still open (a grandchild holds it): take what is there
                 self.close_pipe(r, fd)
-        spec = r.spec
         forwards: list[tuple[str, bytes]] = []
         error = r.error
         if status == 0 and error is None:
@@ -369,6 +399,10 @@ class Worker:
         cpu = usage.ru_utime + usage.ru_stime
         self.results.append(TaskResult(spec.id, spec.attempt, status, r.start, duration, cpu,
                                        usage.ru_maxrss, error, tuple(forwards) or None))
+        # Only now: the record closes this task's output in the shared file before the
+        # next task's output begins, and the next task's result (should it fail to start)
+        # reaches the master after this one's.
+        self.start_successor(spec.id)
 
     def _close_stdio(self, r: Running) -> None:
         for fd in (r.out_fd, r.err_fd):
@@ -377,6 +411,7 @@ class Worker:
         r.out_fd = r.err_fd = -1
 
     def kill_all(self, sig: int = signal.SIGTERM) -> None:
+        self.recall()  # nothing queued may start in a killed task's place
         for r in self.running.values():
             _signal_group(r.pid, sig)
         if sig == signal.SIGTERM and self.running and self.kill_deadline is None:
@@ -388,7 +423,9 @@ class Worker:
         tag = msg[0]
         if tag == protocol.TASKS:
             for spec in msg[1]:
-                self.launch(spec)
+                self.accept(spec)
+        elif tag == protocol.RECALL:
+            self.recall()
         elif tag == protocol.KILL:
             self.kill_all()
         elif tag == protocol.SHUTDOWN:
@@ -445,6 +482,12 @@ class Worker:
                 else:
                     delay = min(delay * 2, self._cap())
             self.flush_guard()
+            # Returned tasks first: a task given back was recalled before the task it
+            # followed ended, so the master must learn of it before that task's result
+            # (which would otherwise tell it the successor started in its place).
+            if self.returned:
+                returned, self.returned = self.returned, []
+                self.t.send(0, (protocol.RETURNED, returned))
             if self.results:
                 results, self.results = self.results, []
                 self.t.send(0, (protocol.RESULTS, results))

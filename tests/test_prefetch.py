@@ -1,0 +1,256 @@
+"""Prefetching: each busy slot also holds the next task, started the moment the running
+one ends. The master's side is driven here by simulated workers that follow the worker's
+rules step by step (deterministic, no processes); real runs check what users see."""
+
+from __future__ import annotations
+
+import sys
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pmctest import pmc, pmc_mpi, write_dag
+
+from pmc import protocol
+from pmc.dag import Task, parse_dag
+from pmc.events import Observer
+from pmc.master import Master
+from pmc.options import RunOptions
+from pmc.protocol import TaskResult, TaskSpec
+
+
+class SimWorkers:
+    """The master's transport, with workers that obey the worker's rules: a task with
+    ``after`` waits for that task to end, RECALL gives queued tasks back (RETURNED before
+    any later result), KILL gives them back and kills the running ones. Each poll is one
+    step of time: tasks whose ``steps`` ran out end, and their successors start."""
+
+    rank = 0
+
+    def __init__(self, workers: int, steps: dict[str, int], slots: int = 1,
+                 lose: dict[int, int] | None = None) -> None:
+        self.size = workers + 1
+        self.slots = slots
+        self.steps = steps  # task name -> steps it runs (default 1)
+        self.lose = lose or {}  # rank -> step at which the worker dies
+        self.running: dict[int, dict[int, list[Any]]] = {r: {} for r in range(1, self.size)}
+        self.queued: dict[int, dict[int, TaskSpec]] = {r: {} for r in range(1, self.size)}
+        self.out: deque[tuple[int, protocol.Message]] = deque()
+        self.log: list[tuple[str, str, int]] = []  # (what, task name, rank)
+        self.sent: list[tuple[int, int]] = []  # (rank, tag) of every master message
+        self.specs: list[TaskSpec] = []  # every task sent
+        self.lost_queued: list[str] = []  # tasks queued on a worker when it died
+        self.dead: set[int] = set()
+        self._lost: list[int] = []
+        self.step = 0
+
+    def send(self, dest: int, msg: protocol.Message) -> None:
+        tag = msg[0]
+        self.sent.append((dest, tag))
+        if dest in self.dead:
+            return
+        if tag == protocol.CONFIG:
+            self.out.append((dest, (protocol.HELLO, protocol.VERSION, "sim", 64, 1 << 20,
+                                    self.slots, 0, {})))
+        elif tag == protocol.TASKS:
+            self.specs.extend(msg[1])
+            for spec in msg[1]:
+                if spec.after in self.running[dest] or any(
+                        s.id == spec.after for s in self.queued[dest].values()):
+                    assert spec.after not in self.queued[dest], "one successor per task"
+                    self.queued[dest][spec.after] = spec
+                else:
+                    assert len(self.running[dest]) < self.slots, "no slot for a direct task"
+                    self.start(dest, spec)
+        elif tag in (protocol.RECALL, protocol.KILL):
+            returned = [s.id for s in self.queued[dest].values()]
+            self.queued[dest].clear()
+            if returned:
+                self.out.append((dest, (protocol.RETURNED, returned)))
+            if tag == protocol.KILL:
+                for spec, _left in list(self.running[dest].values()):
+                    self.end(dest, spec, -15)
+        elif tag == protocol.SHUTDOWN:
+            self.out.append((dest, (protocol.BYE, None)))
+
+    def start(self, rank: int, spec: TaskSpec) -> None:
+        self.log.append(("start", spec.name, rank))
+        self.running[rank][spec.id] = [spec, self.steps.get(spec.name, 1)]
+
+    def end(self, rank: int, spec: TaskSpec, status: int = 0) -> None:
+        del self.running[rank][spec.id]
+        self.log.append(("end", spec.name, rank))
+        self.out.append((rank, (protocol.RESULTS, [
+            TaskResult(spec.id, spec.attempt, status, 0.0, 0.0, 0.0, 0, None, None)])))
+        succ = self.queued[rank].pop(spec.id, None)
+        if succ is not None:
+            self.start(rank, succ)
+
+    def poll(self, timeout: float | None) -> list[tuple[int, protocol.Message]]:
+        self.step += 1
+        for rank, running in self.running.items():
+            if rank in self.dead:
+                continue
+            if self.lose.get(rank) == self.step:
+                self.dead.add(rank)
+                self._lost.append(rank)
+                self.lost_queued.extend(s.name for s in self.queued[rank].values())
+                continue
+            for spec, _left in [v for v in running.values() if v[1] <= 1]:
+                self.end(rank, spec)
+            for entry in running.values():
+                entry[1] -= 1
+        out = [m for m in self.out if m[0] not in self.dead]
+        self.out.clear()
+        return out
+
+    def fileno(self) -> int | None:
+        return None
+
+    def lost(self) -> list[int]:
+        lost, self._lost = self._lost, []
+        return lost
+
+    def close(self) -> None:
+        pass
+
+
+class Watch(Observer):
+    """Checks that observers see a queued task dispatched only once it has started."""
+
+    def __init__(self, sim: SimWorkers) -> None:
+        self.sim = sim
+        self.names: list[str] = []
+        self.early: list[str] = []
+
+    def dispatched(self, task: Task, seq: int, attempt: int, rank: int, host: str) -> None:
+        self.names.append(task.name)
+        # Direct tasks are announced as they are sent (not in sim.specs yet); queued
+        # ones once their predecessor's result arrived, when they run already.
+        sent = [s for s in self.sim.specs if s.id == task.id]
+        if sent and sent[-1].after >= 0 and task.id not in self.sim.running[rank]:
+            self.early.append(task.name)
+
+
+def run_sim(tmp_path: Path, dag_text: str, sim: SimWorkers,
+            **opts: Any) -> tuple[Master, Watch, Any]:
+    dag_path = write_dag(tmp_path / "sim.dag", dag_text)
+    watch = Watch(sim)
+    master = Master(sim, RunOptions(dag=str(dag_path), nolock=True, **opts),
+                    parse_dag(str(dag_path)), set(), [watch], "local")
+    try:
+        summary = master.run()
+        master.shutdown_workers()
+    finally:
+        master.close()
+    return master, watch, summary
+
+
+def starts(sim: SimWorkers) -> list[str]:
+    return [name for what, name, _rank in sim.log if what == "start"]
+
+
+def tasks(n: int, prefix: str = "s") -> str:
+    return "".join(f"TASK {prefix}{i} /bin/true\n" for i in range(n))
+
+
+def test_each_busy_slot_holds_the_next_task(tmp_path: Path) -> None:
+    sim = SimWorkers(2, {})
+    _m, watch, summary = run_sim(tmp_path, tasks(40), sim)
+    assert summary.ok and summary.succeeded == 40
+    assert sorted(starts(sim)) == sorted(f"s{i}" for i in range(40)), "each task runs once"
+    assert starts(sim) == [f"s{i}" for i in range(40)], "in DAG order"
+    assert any(s.after >= 0 for s in sim.specs), "tasks were queued"
+    assert not watch.early, "a queued task is not running for the observers"
+    assert sorted(watch.names) == sorted(starts(sim))
+    # Queued tasks travelled while their slot was busy: fewer TASKS messages than tasks
+    # would be needed one by one, and none was recalled (nothing ever waited).
+    assert not any(tag == protocol.RECALL for _r, tag in sim.sent)
+
+
+def test_no_prefetch_sends_tasks_to_free_slots_only(tmp_path: Path) -> None:
+    sim = SimWorkers(2, {})
+    _m, _w, summary = run_sim(tmp_path, tasks(10), sim, prefetch=False)
+    assert summary.ok
+    # SimWorkers asserts a direct task always finds a free slot; with no prefetching
+    # every task is direct.
+    assert len(starts(sim)) == 10
+
+
+def test_tasks_queued_behind_a_long_task_are_taken_back(tmp_path: Path) -> None:
+    sim = SimWorkers(2, {"long": 100})
+    text = "TASK long -p 10 /bin/sleep 100\n" + tasks(20)
+    _m, _w, summary = run_sim(tmp_path, text, sim)
+    assert summary.ok and summary.succeeded == 21
+    ends = [name for what, name, _r in sim.log if what == "end"]
+    assert ends[-1] == "long", "no short task waited for the long one to end"
+    assert sorted(starts(sim)) == sorted(["long", *(f"s{i}" for i in range(20))])
+    assert any(tag == protocol.RECALL for _r, tag in sim.sent)
+
+
+def test_priorities_still_decide_the_order(tmp_path: Path) -> None:
+    text = "".join(f"TASK t{i} -p {i} /bin/true\n" for i in range(12))
+    sim = SimWorkers(1, {})
+    _m, _w, summary = run_sim(tmp_path, text, sim)
+    assert summary.ok
+    assert starts(sim) == [f"t{i}" for i in reversed(range(12))]
+
+
+def test_a_bigger_task_is_not_queued_behind_a_smaller_one(tmp_path: Path) -> None:
+    text = "TASK small -c 1 -p 5 /bin/true\nTASK big -c 4 /bin/true\n" + tasks(4)
+    sim = SimWorkers(1, {}, slots=1)
+    _m, _w, summary = run_sim(tmp_path, text, sim)
+    assert summary.ok and summary.succeeded == 6
+    # "big" asks for more cpus than "small" holds: it is never queued behind it, and
+    # nothing jumps the queue in its place while it waits for a free slot.
+    assert all(s.after == -1 for s in sim.specs if s.name == "big")
+    assert starts(sim)[:2] == ["small", "big"]
+
+
+def test_lost_worker_gives_its_queued_tasks_to_the_others(tmp_path: Path) -> None:
+    sim = SimWorkers(3, {"s0": 5}, lose={1: 3})
+    _m, _w, summary = run_sim(tmp_path, tasks(30), sim)
+    assert summary.ok and summary.succeeded == 30
+    assert sim.lost_queued, "the lost worker held a queued task"
+    for name in sim.lost_queued:
+        ranks = [r for what, n, r in sim.log if what == "start" and n == name]
+        assert len(ranks) == 1 and ranks[0] != 1, "it ran once, elsewhere"
+
+
+def test_max_failures_turns_prefetching_off(tmp_path: Path) -> None:
+    text = "TASK bad /bin/false\n" + tasks(10)
+    sim = SimWorkers(1, {})
+    sim_fail = sim.end
+
+    def end(rank: int, spec: TaskSpec, status: int = 0) -> None:
+        sim_fail(rank, spec, 1 if spec.name == "bad" else status)
+
+    sim.end = end  # type: ignore[method-assign]
+    _m, _w, summary = run_sim(tmp_path, text, sim, max_failures=1)
+    assert summary.failed == 1
+    assert starts(sim) == ["bad"], "nothing starts after the failure that reached the limit"
+
+
+# -- real runs ---------------------------------------------------------------------------
+
+
+def short_and_long(tmp_path: Path) -> Path:
+    # The long task first (priority), so a short one is queued behind it at once.
+    return write_dag(tmp_path / "mix.dag", "TASK long -p 10 /bin/sleep 8\n" + "".join(
+        f"TASK s{i} {sys.executable} -c pass\n" for i in range(30)))
+
+
+@pytest.mark.parametrize("mode", ["local", "mpi"])
+def test_short_tasks_never_wait_for_a_long_one(mode: str, tmp_path: Path) -> None:
+    dag = short_and_long(tmp_path)
+    args = ["run", dag.name, "--per-task-stdio"]
+    r = pmc([*args, "--workers", "2"], tmp_path) if mode == "local" else pmc_mpi(3, args, tmp_path)
+    assert r.returncode == 0, r.stderr
+    done = [line[5:] for line in (tmp_path / "mix.dag.rescue").read_text().split("\n")
+            if line.startswith("DONE ")]
+    assert sorted(done) == sorted(["long", *(f"s{i}" for i in range(30))])
+    assert done[-1] == "long"
+    # A task taken back was not a try: every task has exactly one output file, try 0.
+    outs = sorted(p.name for p in tmp_path.glob("*.out.*"))
+    assert outs == sorted(f"{name}.out.000" for name in done)
