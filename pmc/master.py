@@ -96,6 +96,7 @@ class Master:
         self.dag = dag
         self.done_at_start = done
         self.observers = observers
+        self.hooks: dict[str, list[Callable[..., None]]] = {}  # hook -> observers' methods
         self.open_outputs = open_outputs  # output files, opened once the run can start
         self.mode = mode
         self.resources = Resources()
@@ -138,8 +139,11 @@ class Master:
     # -- helpers ---------------------------------------------------------------------------
 
     def emit(self, hook: str, *args: Any) -> None:
-        for obs in self.observers:
-            getattr(obs, hook)(*args)
+        hooks = self.hooks.get(hook)
+        if hooks is None:
+            hooks = self.hooks[hook] = _overrides(self.observers, hook)
+        for fn in hooks:
+            fn(*args)
 
     def broadcast(self, msg: protocol.Message) -> None:
         for rank in sorted(self.ranks_alive):
@@ -252,6 +256,7 @@ class Master:
         self.rescue = RescueLog(self.opts.rescue_path, self.dag, self.done_at_start)
         try:
             self.observers.extend(self.open_outputs())
+            self.hooks.clear()
         except OSError as e:
             raise FatalError(f"Cannot open output file: {e}") from e
         self.start_hosts()
@@ -651,6 +656,13 @@ class Master:
         if self.rescue is not None:
             self.rescue.close()
         self.forward.close()
+
+
+def _overrides(observers: list[Observer], hook: str) -> list[Callable[..., None]]:
+    """The observers' own methods for a hook: several run per task on the master's loop,
+    and most observers leave most hooks as the base class's no-op."""
+    base = getattr(Observer, hook)
+    return [getattr(obs, hook) for obs in observers if getattr(type(obs), hook) is not base]
 
 
 def default_maxfds() -> int:

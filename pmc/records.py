@@ -8,10 +8,11 @@ log (DAG.resource). Byte for byte where FORMATS.md lists a field.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from datetime import datetime
-from typing import IO
+from typing import IO, Any
 
 from pmc.dag import Task
 from pmc.events import Observer, RunInfo, Summary
@@ -19,8 +20,24 @@ from pmc.protocol import TaskResult
 from pmc.resources import Host
 
 
+_second: list[Any] = [None, "", ""]  # the last whole second formatted: key, date-time, zone
+
+
 def iso_time(t: float) -> str:
-    return datetime.fromtimestamp(t).astimezone().isoformat(timespec="milliseconds")
+    """Local time with milliseconds and zone, as ``datetime.isoformat`` writes it:
+    ``2026-11-22T07:43:43.120+00:00``. Each worker formats one per task; the zone lookup
+    behind it is the slow part, done once per second here."""
+    frac, whole = math.modf(t)
+    us = round(frac * 1e6)  # half to even, as datetime.fromtimestamp rounds
+    if us >= 1_000_000:
+        whole += 1
+        us -= 1_000_000
+    key = int(whole)
+    cache = _second
+    if cache[0] != key:
+        text = datetime.fromtimestamp(key).astimezone().isoformat()
+        cache[:] = [key, text[:19], text[19:]]
+    return f"{cache[1]}.{us // 1000:03d}{cache[2]}"
 
 
 def cluster_task_record(
