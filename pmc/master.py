@@ -39,6 +39,7 @@ BYE_TIMEOUT = 30.0
 STOP_GRACE = 10.0  # after a stop, how long killed tasks may take to report
 SIGNAL_CHECK = 0.25  # longest wait before noticing a signal or the wall-time limit
 SYNC_CHECK = 0.0005  # how soon to look again while rescue records are being synced
+PREFETCH_DEPTH = 2  # tasks queued behind each running one: room for results to batch
 
 
 class FatalError(Exception):
@@ -113,7 +114,9 @@ class Master:
         self.prefetch = opts.prefetch and not opts.max_failures
         self.queued: dict[int, tuple[Worker, int]] = {}  # task -> (worker, predecessor)
         self.next_of: dict[int, int] = {}  # running or queued task -> its successor
-        self.tails: dict[int, None] = {}  # running tasks without a successor, oldest first
+        # The last task of each slot's chain (running, or queued behind running ones) ->
+        # how many tasks wait in the chain (0: a running task with none behind it).
+        self.tails: dict[int, int] = {}
         self.recalling: set[int] = set()  # queued tasks asked back, not returned yet
         self.rescue: RescueLog | None = None
         # (sync ticket, results) whose DONE records are written but not yet durable
@@ -295,6 +298,8 @@ class Master:
                     self.engine.requeue(task_id)
                 self.running.clear()
                 self.queued.clear()
+                self.next_of.clear()
+                self.tails.clear()
                 self.complete_synced(block=True)
                 break
             timeout = SYNC_CHECK if self.unsynced else SIGNAL_CHECK
@@ -359,7 +364,7 @@ class Master:
                     cpu_set = worker.host.take_cpu_set(cpus)
                     affinity = tuple(cpu_set) if cpu_set else None
                 self.running[task_id] = (worker, affinity)
-                self.tails[task_id] = None
+                self.tails[task_id] = 0
                 batches.setdefault(worker.rank, []).append(self.spec(task_id, affinity))
                 self.emit_dispatched(task_id, worker)
                 self.emit("host_changed", worker.host)
@@ -381,27 +386,40 @@ class Master:
                 self.worker_lost(rank)
 
     def prefetch_successors(self, batches: dict[int, list[TaskSpec]], left: float | None) -> None:
-        """Queue the next ready task behind each running task that has none yet, if it
-        asks for no more than that task holds (it inherits its slot and resources)."""
+        """Queue ready tasks behind running ones, one more per slot each round, up to
+        PREFETCH_DEPTH, when they ask for no more than the task they follow (each takes
+        over that task's slot and resources)."""
         engine = self.engine
         tasks = self.dag.tasks
-        for pred in list(self.tails):
-            if not engine.nready:
-                break
-            # Only the task that would be chosen next anyway: prefetching must not
-            # reorder priorities, nor starve a bigger task waiting for resources.
-            _key, cpus, memory = engine.ready_heads()[0]
-            before = tasks[pred]
-            worker, affinity = self.running[pred]
-            if cpus > before.cpus or memory > before.memory or affinity:
-                continue
-            task_id = engine.pop(cpus, memory)
-            if not self.admit(task_id, left):
-                continue
-            del self.tails[pred]
-            self.next_of[pred] = task_id
-            self.queued[task_id] = (worker, pred)
-            batches.setdefault(worker.rank, []).append(self.spec(task_id, None, after=pred))
+        grew = True
+        while grew and engine.nready:
+            grew = False
+            for pred, depth in list(self.tails.items()):
+                if depth >= PREFETCH_DEPTH:
+                    continue
+                if not engine.nready:
+                    break
+                # Only the task that would be chosen next anyway: prefetching must not
+                # reorder priorities, nor starve a bigger task waiting for resources.
+                _key, cpus, memory = engine.ready_heads()[0]
+                before = tasks[pred]
+                if cpus > before.cpus or memory > before.memory:
+                    continue
+                if pred in self.running:
+                    worker, affinity = self.running[pred]
+                    if affinity:
+                        continue  # its cpus are bound: keep them for one task at a time
+                else:
+                    worker = self.queued[pred][0]
+                task_id = engine.pop(cpus, memory)
+                if not self.admit(task_id, left):
+                    continue
+                del self.tails[pred]
+                self.tails[task_id] = depth + 1
+                self.next_of[pred] = task_id
+                self.queued[task_id] = (worker, pred)
+                batches.setdefault(worker.rank, []).append(self.spec(task_id, None, after=pred))
+                grew = True
 
     def admit(self, task_id: int, left: float | None) -> bool:
         """False (and the task held for the next run) if it would outlast the wall time."""
@@ -440,32 +458,50 @@ class Master:
 
     def returned(self, task_ids: list[int]) -> None:
         """Queued tasks a worker gave back unstarted: ready again, the try not counted."""
+        cut: list[int] = []  # tasks whose successors went back
         for tid in task_ids:
             entry = self.queued.pop(tid, None)
             self.recalling.discard(tid)
             if entry is None:
                 continue
-            _worker, pred = entry
-            del self.next_of[pred]
-            if pred in self.running:
-                self.tails[pred] = None
+            pred = entry[1]
+            if self.next_of.get(pred) == tid:
+                del self.next_of[pred]
+            self.next_of.pop(tid, None)
+            self.tails.pop(tid, None)
+            cut.append(pred)
             self.engine.requeue(tid)
+        for pred in cut:
+            if pred not in self.next_of and (pred in self.running or pred in self.queued):
+                self.tails[pred] = self.chain_depth(pred)
+
+    def chain_depth(self, task_id: int) -> int:
+        """How many tasks wait in a chain up to this one (0: it is running)."""
+        depth = 0
+        while task_id in self.queued:
+            task_id = self.queued[task_id][1]
+            depth += 1
+        return depth
 
     def promote(self, pred: int, worker: Worker) -> None:
         """``pred`` ended on ``worker``: its queued successor (if any) started in its
         place and takes over its slot and resources. Otherwise the slot is free."""
         tasks = self.dag.tasks
         before = tasks[pred]
-        self.tails.pop(pred, None)
         succ = self.next_of.pop(pred, None)
         if succ is None:
+            self.tails.pop(pred, None)
             self.resources.release(worker, before.cpus, before.memory)
             self.emit("host_changed", worker.host)
             return
         del self.queued[succ]
         self.recalling.discard(succ)
         self.running[succ] = (worker, None)
-        self.tails[succ] = None
+        end = succ
+        while end in self.next_of:
+            end = self.next_of[end]
+        if end in self.tails:
+            self.tails[end] -= 1  # the chain moved up by one
         after = tasks[succ]
         if (after.cpus, after.memory) != (before.cpus, before.memory):
             self.resources.release(worker, before.cpus, before.memory)
@@ -588,6 +624,8 @@ class Master:
         for tid in [tid for tid, (w, _pred) in self.queued.items() if w.rank == rank]:
             del self.queued[tid]  # never started, never seen by observers: ready again
             self.recalling.discard(tid)
+            self.tails.pop(tid, None)
+            self.next_of.pop(tid, None)
             self.engine.requeue(tid)
         log.error(f"Worker {rank} was lost; {len(lost)} task(s) it was running will run "
                   "again elsewhere" if lost else f"Worker {rank} was lost")

@@ -19,7 +19,6 @@ from pmc.events import Observer, RunInfo, Summary
 from pmc.protocol import TaskResult
 from pmc.resources import Host
 
-
 _second: list[Any] = [None, "", ""]  # the last whole second formatted: key, date-time, zone
 
 

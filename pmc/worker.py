@@ -36,6 +36,9 @@ from pmc.transport import Transport, TransportError
 FILE_FORWARD_LIMIT = 1 << 20  # the reference's limit for -F files
 PIPE_FORWARD_LIMIT = 16 << 20  # per task, all pipes together: the data travels in memory
 KILL_GRACE = 3.0  # seconds between SIGTERM and SIGKILL of a task's process group
+# While every running task has its successor queued, results wait up to this long to
+# travel together: fewer messages for both ends, and the slots are not waiting.
+RESULT_HOLD = 0.002
 _READ = 1 << 16
 _FORWARD_FD_BASE = 100
 
@@ -99,6 +102,7 @@ class Worker:
         self.successor_ids: set[int] = set()
         self.returned: list[int] = []  # queued tasks given back, to tell the master
         self.results: list[TaskResult] = []
+        self.held_since: float | None = None  # when the oldest unsent result was ready
         self.host_script: subprocess.Popen[bytes] | None = None
         self.stopping = False
         self.kill_deadline: float | None = None
@@ -449,6 +453,9 @@ class Worker:
             if self.kill_deadline is not None:
                 left = max(0.0, self.kill_deadline - time.monotonic())
                 timeout = left if timeout is None else min(timeout, left)
+            if self.held_since is not None:
+                left = max(0.0, self.held_since + RESULT_HOLD - time.monotonic())
+                timeout = left if timeout is None else min(timeout, left)
             if self.inbox:
                 timeout = 0
             elif polling and not self.running and timeout is not None and 0 < timeout < 0.001:
@@ -489,8 +496,24 @@ class Worker:
                 returned, self.returned = self.returned, []
                 self.t.send(0, (protocol.RETURNED, returned))
             if self.results:
-                results, self.results = self.results, []
-                self.t.send(0, (protocol.RESULTS, results))
+                now = time.monotonic()
+                if self.held_since is None:
+                    self.held_since = now
+                if self.hungry() or now - self.held_since >= RESULT_HOLD:
+                    self.send_results()
+        self.send_results()
+
+    def send_results(self) -> None:
+        if self.results:
+            results, self.results = self.results, []
+            self.held_since = None
+            self.t.send(0, (protocol.RESULTS, results))
+
+    def hungry(self) -> bool:
+        """Does a running task lack a successor (or none run)? Then the master must hear
+        of finished tasks now, to send more work in time."""
+        successors = self.successors
+        return not successors or any(t not in successors for t in self.running_ids)
 
     def _cap(self) -> float:
         # Within a second of the last message or task exit the master's next message is

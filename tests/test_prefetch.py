@@ -5,7 +5,7 @@ rules step by step (deterministic, no processes); real runs check what users see
 from __future__ import annotations
 
 import sys
-from collections import deque
+from collections import Counter, deque
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +22,10 @@ from pmc.protocol import TaskResult, TaskSpec
 
 class SimWorkers:
     """The master's transport, with workers that obey the worker's rules: a task with
-    ``after`` waits for that task to end, RECALL gives queued tasks back (RETURNED before
-    any later result), KILL gives them back and kills the running ones. Each poll is one
-    step of time: tasks whose ``steps`` ran out end, and their successors start."""
+    ``after`` waits for that task to end, RECALL gives queued tasks back (RETURNED at
+    once, before results still held), KILL gives them back and kills the running ones,
+    results wait (up to 2 steps) while every running task has a successor. Each poll is
+    one step of time: tasks whose ``steps`` ran out end, and their successors start."""
 
     rank = 0
 
@@ -42,6 +43,8 @@ class SimWorkers:
         self.specs: list[TaskSpec] = []  # every task sent
         self.lost_queued: list[str] = []  # tasks queued on a worker when it died
         self.dead: set[int] = set()
+        self.held: dict[int, list[TaskResult]] = {r: [] for r in range(1, self.size)}
+        self.held_since: dict[int, int] = {}
         self._lost: list[int] = []
         self.step = 0
 
@@ -71,6 +74,7 @@ class SimWorkers:
             if tag == protocol.KILL:
                 for spec, _left in list(self.running[dest].values()):
                     self.end(dest, spec, -15)
+                self.flush(dest)
         elif tag == protocol.SHUTDOWN:
             self.out.append((dest, (protocol.BYE, None)))
 
@@ -81,11 +85,20 @@ class SimWorkers:
     def end(self, rank: int, spec: TaskSpec, status: int = 0) -> None:
         del self.running[rank][spec.id]
         self.log.append(("end", spec.name, rank))
-        self.out.append((rank, (protocol.RESULTS, [
-            TaskResult(spec.id, spec.attempt, status, 0.0, 0.0, 0.0, 0, None, None)])))
+        self.held[rank].append(
+            TaskResult(spec.id, spec.attempt, status, 0.0, 0.0, 0.0, 0, None, None))
+        self.held_since.setdefault(rank, self.step)
         succ = self.queued[rank].pop(spec.id, None)
         if succ is not None:
             self.start(rank, succ)
+
+    def flush(self, rank: int) -> None:
+        hungry = any(tid not in self.queued[rank] for tid in self.running[rank])
+        if self.held[rank] and (hungry or not self.queued[rank]
+                                or self.step - self.held_since[rank] >= 2):
+            self.out.append((rank, (protocol.RESULTS, self.held[rank])))
+            self.held[rank] = []
+            del self.held_since[rank]
 
     def poll(self, timeout: float | None) -> list[tuple[int, protocol.Message]]:
         self.step += 1
@@ -101,6 +114,7 @@ class SimWorkers:
                 self.end(rank, spec)
             for entry in running.values():
                 entry[1] -= 1
+            self.flush(rank)
         out = [m for m in self.out if m[0] not in self.dead]
         self.out.clear()
         return out
@@ -117,26 +131,23 @@ class SimWorkers:
 
 
 class Watch(Observer):
-    """Checks that observers see a queued task dispatched only once it has started."""
+    """The tasks observers saw dispatched, to compare with those that really started."""
 
-    def __init__(self, sim: SimWorkers) -> None:
-        self.sim = sim
+    def __init__(self) -> None:
         self.names: list[str] = []
-        self.early: list[str] = []
 
     def dispatched(self, task: Task, seq: int, attempt: int, rank: int, host: str) -> None:
         self.names.append(task.name)
-        # Direct tasks are announced as they are sent (not in sim.specs yet); queued
-        # ones once their predecessor's result arrived, when they run already.
-        sent = [s for s in self.sim.specs if s.id == task.id]
-        if sent and sent[-1].after >= 0 and task.id not in self.sim.running[rank]:
-            self.early.append(task.name)
+
+    def matches(self, sim: SimWorkers) -> bool:
+        """One dispatched event per start: none for tasks queued and given back."""
+        return Counter(self.names) == Counter(starts(sim))
 
 
 def run_sim(tmp_path: Path, dag_text: str, sim: SimWorkers,
             **opts: Any) -> tuple[Master, Watch, Any]:
     dag_path = write_dag(tmp_path / "sim.dag", dag_text)
-    watch = Watch(sim)
+    watch = Watch()
     master = Master(sim, RunOptions(dag=str(dag_path), nolock=True, **opts),
                     parse_dag(str(dag_path)), set(), [watch], "local")
     try:
@@ -162,11 +173,32 @@ def test_each_busy_slot_holds_the_next_task(tmp_path: Path) -> None:
     assert sorted(starts(sim)) == sorted(f"s{i}" for i in range(40)), "each task runs once"
     assert starts(sim) == [f"s{i}" for i in range(40)], "in DAG order"
     assert any(s.after >= 0 for s in sim.specs), "tasks were queued"
-    assert not watch.early, "a queued task is not running for the observers"
-    assert sorted(watch.names) == sorted(starts(sim))
+    assert watch.matches(sim)
     # Queued tasks travelled while their slot was busy: fewer TASKS messages than tasks
     # would be needed one by one, and none was recalled (nothing ever waited).
     assert not any(tag == protocol.RECALL for _r, tag in sim.sent)
+
+
+def test_results_travel_together_and_chains_refill(tmp_path: Path) -> None:
+    sim = SimWorkers(2, {})
+    _m, watch, summary = run_sim(tmp_path, tasks(60), sim)
+    assert summary.ok and summary.succeeded == 60
+    assert starts(sim) == [f"s{i}" for i in range(60)]
+    assert any(s.after >= 0 and s.after in {t.id for t in sim.specs if t.after >= 0}
+               for s in sim.specs), "a task was queued behind a queued one"
+    assert watch.matches(sim)
+
+
+def test_recall_in_the_middle_of_a_chain(tmp_path: Path) -> None:
+    # s0 runs 6 steps with two tasks queued behind it on worker 1, and worker 2 runs
+    # out of work first: both are taken back, or the second only once the first has
+    # started in s0's place; either way every task runs once and the run ends.
+    sim = SimWorkers(2, {"s0": 6, "s1": 1, "s2": 4})
+    _m, watch, summary = run_sim(tmp_path, tasks(8), sim)
+    assert summary.ok and summary.succeeded == 8
+    assert sorted(starts(sim)) == sorted(f"s{i}" for i in range(8))
+    assert any(tag == protocol.RECALL for _r, tag in sim.sent)
+    assert watch.matches(sim)
 
 
 def test_no_prefetch_sends_tasks_to_free_slots_only(tmp_path: Path) -> None:
@@ -181,8 +213,9 @@ def test_no_prefetch_sends_tasks_to_free_slots_only(tmp_path: Path) -> None:
 def test_tasks_queued_behind_a_long_task_are_taken_back(tmp_path: Path) -> None:
     sim = SimWorkers(2, {"long": 100})
     text = "TASK long -p 10 /bin/sleep 100\n" + tasks(20)
-    _m, _w, summary = run_sim(tmp_path, text, sim)
+    _m, watch, summary = run_sim(tmp_path, text, sim)
     assert summary.ok and summary.succeeded == 21
+    assert watch.matches(sim)
     ends = [name for what, name, _r in sim.log if what == "end"]
     assert ends[-1] == "long", "no short task waited for the long one to end"
     assert sorted(starts(sim)) == sorted(["long", *(f"s{i}" for i in range(20))])
@@ -210,8 +243,9 @@ def test_a_bigger_task_is_not_queued_behind_a_smaller_one(tmp_path: Path) -> Non
 
 def test_lost_worker_gives_its_queued_tasks_to_the_others(tmp_path: Path) -> None:
     sim = SimWorkers(3, {"s0": 5}, lose={1: 3})
-    _m, _w, summary = run_sim(tmp_path, tasks(30), sim)
+    _m, watch, summary = run_sim(tmp_path, tasks(30), sim)
     assert summary.ok and summary.succeeded == 30
+    assert watch.matches(sim)
     assert sim.lost_queued, "the lost worker held a queued task"
     for name in sim.lost_queued:
         ranks = [r for what, n, r in sim.log if what == "start" and n == name]
