@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Iterable
 
 from pmc.dag import DAG
@@ -136,6 +137,12 @@ class RescueLog:
             self.fd = -1
 
 
+# Syncs start at most this often: at thousands of results a second, each sync covers
+# several batches (and a task waits at most this much longer to count as done), instead
+# of one sync per batch keeping the disk's journal and a core busy.
+SYNC_SPACING = 0.002
+
+
 class _Syncer(threading.Thread):
     def __init__(self, fd: int) -> None:
         super().__init__(name="rescue-sync", daemon=True)
@@ -145,11 +152,13 @@ class _Syncer(threading.Thread):
         self.done = 0
         self.error: str | None = None
         self.stopping = False
+        self.idle = False  # waiting for a request (only then does a request wake it)
 
     def request(self) -> int:
         with self.cond:
             self.requested += 1
-            self.cond.notify_all()
+            if self.idle:
+                self.cond.notify_all()
             return self.requested
 
     def wait(self, ticket: int) -> None:
@@ -164,13 +173,21 @@ class _Syncer(threading.Thread):
         self.join()
 
     def run(self) -> None:
+        last = -SYNC_SPACING
         while True:
             with self.cond:
+                self.idle = True
                 while self.requested == self.done and not self.stopping:
                     self.cond.wait()
+                self.idle = False
                 if self.requested == self.done:
                     return
+            pause = last + SYNC_SPACING - time.monotonic()
+            if pause > 0 and not self.stopping:
+                time.sleep(pause)  # requests meanwhile join this sync
+            with self.cond:
                 target = self.requested
+            last = time.monotonic()
             try:
                 os.fdatasync(self.fd)
             except OSError as e:
