@@ -302,7 +302,12 @@ class Master:
                 self.tails.clear()
                 self.complete_synced(block=True)
                 break
-            timeout = SYNC_CHECK if self.unsynced else SIGNAL_CHECK
+            timeout = SIGNAL_CHECK
+            if self.unsynced and (self.resources.any_idle() or not self.engine.nready):
+                # Tasks waiting for their records to be durable may free the next ready
+                # ones for an idle slot: look again soon. With every slot busy and tasks
+                # ready, the next message is soon enough (no wake-up per millisecond).
+                timeout = SYNC_CHECK
             left = self.remaining()
             if left is not None:
                 timeout = max(0.0, min(timeout, left))
