@@ -9,7 +9,8 @@ there) and then each pmc case, so every ratio compares figures taken moments apa
 a machine others may be using. pmc's rate is tasks / the run's own duration (the
 ``[cluster-summary]`` record: from start-up of the workers to the last result); the
 end-to-end rate, interpreter start to exit, is printed too. The observability case
-adds ``--log-format json --log-file F --metrics-port 0`` to the embedded run.
+adds ``--log-format json --log-file F --metrics-port 0`` to the embedded run;
+``--with-no-prefetch`` adds runs with PMC's one-task-per-free-slot dispatch.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shapes", default="independent,layered")
     p.add_argument("--no-observability", action="store_true",
                    help="skip the JSON log + metrics comparison")
+    p.add_argument("--with-no-prefetch", action="store_true",
+                   help="also run the independent DAG with --no-prefetch (PMC's dispatch)")
     p.add_argument("--layers", default=",".join(map(str, NCSA_LAYERS)),
                    help="layer widths of the layered DAG")
     p.add_argument("--program", default="/bin/true")
@@ -64,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     for shape in dags:
         for mode in modes:
             cases.append((f"{shape}/{mode}", shape, mode, []))
+    if args.with_no_prefetch and "independent" in dags:
+        for mode in modes:
+            cases.append((f"independent/{mode}+no-prefetch", "independent", mode,
+                          ["--no-prefetch"]))
     if not args.no_observability and "local" in modes and dags:
         shape = "independent" if "independent" in dags else next(iter(dags))
         log = str(work / "pmc-log.json")
