@@ -2,11 +2,15 @@
 
 - ``setup_logging`` (called by the command-line entry, never at import) picks the log
   format and destination: text keeps PMC's ``[LEVEL] message`` lines; JSON turns them and
-  every task event into one JSON object per line, rendered by structlog.
+  every task event into one JSON object per line, as structlog renders them.
 - ``EventLog`` is the observer that writes one event per task state transition (ready,
   dispatched, started, finished / failed, retried, held) and the workflow start and end
   events with the run's totals. In text mode these are DEBUG lines, in JSON mode all of
-  them are written.
+  them are written. The per-task JSON events (four or five a task) are the one hot path:
+  on the master's loop they are only recorded (a tuple appended), and rendered together
+  at the next write or flush, straight into the exact text the structlog chain would
+  make of them — microseconds a task instead of tens. The rarer events (workflow start
+  and end, hosts, held tasks, log messages) go through structlog.
 - ``Tally`` is the observer that counts: a few attribute updates per event, read by the
   Prometheus collector (``pmc.metrics``) and the status snapshot (``pmc.status``), so the
   master's hot loop pays for counting once however many outputs are on.
@@ -17,12 +21,15 @@ The event names and fields are documented in docs/observability.md.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import sys
+import threading
 import time
+import weakref
 from bisect import bisect_left
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from dataclasses import asdict
 from typing import IO, Any
 
@@ -43,6 +50,7 @@ DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.
 _METHODS = ("critical", "error", "warning", "info", "debug", "debug")
 _LEVEL_NAMES = ("fatal", "error", "warn", "info", "debug", "trace")
 _FLUSH_EVERY = 0.25  # seconds between flushes of buffered task events
+_HOLD_MAX = 2048  # task events held back before they are rendered anyway
 
 
 class _LazyFile:
@@ -78,15 +86,17 @@ class _Writer:
         self.out = out
 
     def msg(self, line: str) -> None:
-        try:
-            self.out.stream().write(line + "\n")
-        except (OSError, ValueError):
-            pass  # a closed stderr must not take the run down
+        self.out.write(line + "\n")
 
     debug = info = warning = error = critical = msg
 
 
 _ENCODE = json.JSONEncoder(separators=(",", ":"), default=str, ensure_ascii=False).encode
+# What _ENCODE writes for a str (ensure_ascii=False). For an int it writes int.__repr__, for
+# a finite float float.__repr__, for None null: the direct task event lines below rely on
+# that, and check the types first (anything else takes the structlog path).
+_jstr: Callable[[str], str] = json.encoder.encode_basestring
+_INF = float("inf")
 
 
 def _render_json(_logger: Any, method: str, ed: MutableMapping[str, Any]) -> str:
@@ -115,7 +125,12 @@ def _text_value(v: object) -> str:
 
 
 class LogOutput:
-    """Where log lines and task events go (``--log-file`` or stderr) and how they look."""
+    """Where log lines and task events go (``--log-file`` or stderr) and how they look.
+
+    JSON task events from ``EventLog`` are held back as tuples of their values in
+    ``pending`` (a list append on the master's loop) and rendered together, in order, just
+    before anything else is written and at each flush: the file gets exactly the lines it
+    would have got one by one, for a fraction of the cost."""
 
     def __init__(self, fmt: str = "text", path: str | None = None,
                  level: int = log.INFO) -> None:
@@ -129,6 +144,10 @@ class LogOutput:
             _Writer(self), processors=[renderer],
             wrapper_class=structlog.make_filtering_bound_logger(0),
         )
+        self.pending: list[tuple[Any, ...]] = []  # (line function, timestamp, values...)
+        # Rendering takes the events in order: the master's loop and a thread that logs
+        # (the metrics exporter's warnings) must not write two halves the wrong way round.
+        self.lock = threading.RLock()
 
     @property
     def json(self) -> bool:
@@ -138,20 +157,68 @@ class LogOutput:
         # sys.stderr looked up at each write: tests and callers may swap it.
         return self.file if self.file is not None else sys.stderr
 
+    def write(self, text: str) -> None:
+        """Append rendered lines (each ending in a newline), after the held-back events."""
+        with self.lock:
+            if self.pending:
+                self.render_pending()
+            self._write(text)
+
+    def _write(self, text: str) -> None:
+        try:
+            if self.file is not None:
+                self.file.write(text)
+            else:
+                sys.stderr.write(text)
+        except (OSError, ValueError):
+            pass  # a closed stderr must not take the run down
+
+    def render_pending(self) -> None:
+        """Write the held-back task events (see the class docstring)."""
+        with self.lock:
+            pending = self.pending
+            events = pending[:]
+            del pending[:len(events)]  # appended meanwhile (by another thread): kept
+            chunk: list[str] = []
+            for ev in events:
+                text = ev[0](ev)
+                if text is None:  # a value of a type not written directly: as structlog does
+                    chunk.extend(_render_json(None, "info", {"event": event, **fields}) + "\n"
+                                 for event, fields in _held_events(ev))
+                else:
+                    chunk.append(text)
+            self._write("".join(chunk))
+
     def message(self, lvl: int, msg: str) -> None:
         """A pmc.log message in JSON mode."""
         getattr(self.logger, _METHODS[lvl])(msg, level=_LEVEL_NAMES[lvl])
         self.flush()
 
     def flush(self) -> None:
+        if self.pending:
+            self.render_pending()
         try:
             self.stream().flush()
         except (OSError, ValueError):
             pass
 
     def close(self) -> None:
+        if self.pending:
+            self.render_pending()
         if self.file is not None:
             self.file.close()
+
+
+# Outputs that hold task events back: flushed at exit too, should a run end without
+# closing its observers (an unexpected exception).
+_holding: weakref.WeakSet[LogOutput] = weakref.WeakSet()
+
+
+@atexit.register
+def _flush_held() -> None:
+    for out in list(_holding):
+        if out.pending:
+            out.flush()
 
 
 _output: LogOutput | None = None
@@ -174,12 +241,20 @@ def log_output(opts: RunOptions) -> LogOutput:
 
 
 class EventLog(Observer):
-    """One structured event per task state transition, plus workflow start and end."""
+    """One structured event per task state transition, plus workflow start and end.
+
+    In JSON mode the per-task events only record their values (``LogOutput.pending``); they
+    are rendered later, together, into exactly the lines structlog would have written
+    (see ``_ready_line`` and the next ones). The rarer events go through structlog."""
 
     def __init__(self, out: LogOutput) -> None:
         self.out = out
         # JSON mode writes every task event; text mode shows them only with -v (DEBUG).
         self.emit = out.logger.info if out.json else out.logger.debug
+        self.json = out.json
+        self.pending = out.pending
+        if out.json:
+            _holding.add(out)
         self.where: dict[int, tuple[int, str]] = {}  # task id -> (rank, host) while running
         self.hosts: set[str] = set()
         self.dag = ""
@@ -200,28 +275,43 @@ class EventLog(Observer):
             self.emit("host", host=host.name, slots=sum(w.slots for w in host.workers),
                       workers=len(host.workers), cpus=host.cpus, memory=host.memory)
 
+    # In JSON mode the three hooks below append to the pending events; a wave of events
+    # (the roots of a big DAG all ready at once) is rendered every _HOLD_MAX of them.
+
     def ready(self, task: Task, seq: int) -> None:
-        self.emit("task.ready", task=task.name, seq=seq, cpus=task.cpus, memory=task.memory)
+        if self.json:
+            pending = self.pending
+            pending.append((_ready_line, time.time(), task.name, seq, task.cpus, task.memory))
+            if len(pending) >= _HOLD_MAX:
+                self.out.render_pending()
+        else:
+            self.emit("task.ready", task=task.name, seq=seq, cpus=task.cpus,
+                      memory=task.memory)
 
     def dispatched(self, task: Task, seq: int, attempt: int, rank: int, host: str) -> None:
         self.where[task.id] = (rank, host)
-        self.emit("task.dispatched", task=task.name, seq=seq, **{"try": attempt}, rank=rank,
-                  host=host, cpus=task.cpus, memory=task.memory)
+        if self.json:
+            pending = self.pending
+            pending.append((_dispatched_line, time.time(), task.name, seq, attempt, rank, host,
+                            task.cpus, task.memory))
+            if len(pending) >= _HOLD_MAX:
+                self.out.render_pending()
+        else:
+            self.emit("task.dispatched", task=task.name, seq=seq, **{"try": attempt},
+                      rank=rank, host=host, cpus=task.cpus, memory=task.memory)
 
     def result(self, task: Task, seq: int, res: TaskResult, outcome: str) -> None:
         rank, host = self.where.pop(task.id, (-1, ""))
-        emit = self.emit
-        # Workers report start and end together: "started" carries the real start time.
-        emit("task.started", timestamp=res.start, task=task.name, seq=seq,
-             **{"try": res.attempt}, rank=rank, host=host, cpus=task.cpus,
-             memory=task.memory)
-        emit("task.finished" if outcome == "succeeded" else "task.failed",
-             task=task.name, seq=seq, **{"try": res.attempt}, rank=rank, host=host,
-             cpus=task.cpus, memory=task.memory, outcome=outcome, status=res.status,
-             start=res.start, duration=res.duration, cpu_time=res.cpu_time,
-             max_rss_kb=res.max_rss_kb, error=res.error)
-        if outcome == "retry":
-            emit("task.retried", task=task.name, seq=seq, **{"try": res.attempt + 1})
+        ev = (_result_lines, time.time(), task.name, seq, res, outcome, rank, host, task.cpus,
+              task.memory)
+        if self.json:
+            pending = self.pending
+            pending.append(ev)
+            if len(pending) >= _HOLD_MAX:
+                self.out.render_pending()
+        else:
+            for event, fields in _held_events(ev):
+                self.emit(event, **fields)
 
     def held(self, task: Task, reason: str) -> None:
         self.emit("task.held", task=task.name, reason=reason)
@@ -240,6 +330,91 @@ class EventLog(Observer):
 
     def close(self) -> None:
         self.out.flush()
+
+
+# The held-back task events: (line function, time.time() of the event, values...). A
+# line function returns the event's JSON line(s) exactly as _render_json writes them, or
+# None when a value is not of a type it writes (not a plain int, str, None or finite
+# float); such an event is rendered by _render_json from its _held_events instead.
+
+
+def _ready_line(ev: tuple[Any, ...]) -> str | None:
+    _, ts, name, seq, cpus, memory = ev
+    if not (type(name) is str and type(seq) is int and type(cpus) is int
+            and type(memory) is int):
+        return None
+    return (f'{{"timestamp":{ts!r},"level":"info","event":"task.ready","task":{_jstr(name)},'
+            f'"seq":{seq},"cpus":{cpus},"memory":{memory}}}\n')
+
+
+def _dispatched_line(ev: tuple[Any, ...]) -> str | None:
+    _, ts, name, seq, attempt, rank, host, cpus, memory = ev
+    if not (type(name) is str and type(seq) is int and type(attempt) is int
+            and type(rank) is int and type(host) is str and type(cpus) is int
+            and type(memory) is int):
+        return None
+    return (f'{{"timestamp":{ts!r},"level":"info","event":"task.dispatched",'
+            f'"task":{_jstr(name)},"seq":{seq},"try":{attempt},"rank":{rank},'
+            f'"host":{_jstr(host)},"cpus":{cpus},"memory":{memory}}}\n')
+
+
+def _result_lines(ev: tuple[Any, ...]) -> str | None:
+    """task.started, then task.finished or task.failed (then task.retried)."""
+    _, ts, name, seq, res, outcome, rank, host, cpus, memory = ev
+    attempt, status, rss, error = res.attempt, res.status, res.max_rss_kb, res.error
+    start, duration, cpu_time = res.start, res.duration, res.cpu_time
+    if not (type(name) is str and type(seq) is int and type(cpus) is int
+            and type(memory) is int and type(rank) is int and type(host) is str
+            and type(attempt) is int and type(status) is int
+            and type(rss) is int and type(outcome) is str
+            and type(start) is float and -_INF < start < _INF
+            and type(duration) is float and -_INF < duration < _INF
+            and type(cpu_time) is float and -_INF < cpu_time < _INF
+            and (error is None or type(error) is str)):
+        return None
+    start_text = repr(start)
+    event = "task.finished" if outcome == "succeeded" else "task.failed"
+    fields = (f'"task":{_jstr(name)},"seq":{seq},"try":{attempt},"rank":{rank},'
+              f'"host":{_jstr(host)},"cpus":{cpus},"memory":{memory}')
+    # Workers report start and end together: "started" carries the real start time.
+    text = (f'{{"timestamp":{start_text},"level":"info","event":"task.started",{fields}}}\n'
+            f'{{"timestamp":{ts!r},"level":"info","event":"{event}",{fields},'
+            f'"outcome":{_jstr(outcome)},"status":{status},"start":{start_text},'
+            f'"duration":{duration!r},"cpu_time":{cpu_time!r},"max_rss_kb":{rss},'
+            f'"error":{"null" if error is None else _jstr(error)}}}\n')
+    if outcome == "retry":
+        text += (f'{{"timestamp":{ts!r},"level":"info","event":"task.retried",'
+                 f'"task":{_jstr(name)},"seq":{seq},"try":{attempt + 1}}}\n')
+    return text
+
+
+def _held_events(ev: tuple[Any, ...]) -> list[tuple[str, dict[str, Any]]]:
+    """The (event, fields) of a held-back task event, as structlog is given them."""
+    kind, ts = ev[0], ev[1]
+    if kind is _ready_line:
+        _, _, name, seq, cpus, memory = ev
+        return [("task.ready", {"timestamp": ts, "task": name, "seq": seq, "cpus": cpus,
+                                "memory": memory})]
+    if kind is _dispatched_line:
+        _, _, name, seq, attempt, rank, host, cpus, memory = ev
+        return [("task.dispatched", {"timestamp": ts, "task": name, "seq": seq,
+                                     "try": attempt, "rank": rank, "host": host,
+                                     "cpus": cpus, "memory": memory})]
+    _, _, name, seq, res, outcome, rank, host, cpus, memory = ev
+    task = {"task": name, "seq": seq, "try": res.attempt, "rank": rank, "host": host,
+            "cpus": cpus, "memory": memory}
+    out = [
+        # Workers report start and end together: "started" carries the real start time.
+        ("task.started", {"timestamp": res.start, **task}),
+        ("task.finished" if outcome == "succeeded" else "task.failed",
+         {"timestamp": ts, **task, "outcome": outcome, "status": res.status,
+          "start": res.start, "duration": res.duration, "cpu_time": res.cpu_time,
+          "max_rss_kb": res.max_rss_kb, "error": res.error}),
+    ]
+    if outcome == "retry":
+        out.append(("task.retried", {"timestamp": ts, "task": name, "seq": seq,
+                                     "try": res.attempt + 1}))
+    return out
 
 
 def summary_figures(s: Summary) -> dict[str, float]:

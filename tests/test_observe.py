@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pmctest import clean_env, pmc, pmc_mpi, write_dag
@@ -235,3 +236,122 @@ def test_worker_messages_follow_the_log_format(mode: str, tmp_path: Path) -> Non
     assert not [line for line in r.stderr.splitlines() if line.startswith("[")], r.stderr
     worker = [e for e in lines if "rank" in e and e["event"].startswith("Task gone failed: ")]
     assert len(worker) == 1 and worker[0]["level"] == "error" and worker[0]["rank"] >= 1
+
+
+class _Clock:
+    """A stand-in for pmc.observe's ``time``: the same timestamp for every event."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def time(self) -> float:
+        return self.now
+
+    def monotonic(self) -> float:
+        return 0.0
+
+
+class _StructlogEvents:
+    """The task events as they were written before they bypassed structlog."""
+
+    def __init__(self, out: LogOutput) -> None:
+        self.emit = out.logger.info
+        self.where: dict[int, tuple[int, str]] = {}
+
+    def ready(self, task: Any, seq: int) -> None:
+        self.emit("task.ready", task=task.name, seq=seq, cpus=task.cpus, memory=task.memory)
+
+    def dispatched(self, task: Any, seq: int, attempt: int, rank: int, host: str) -> None:
+        self.where[task.id] = (rank, host)
+        self.emit("task.dispatched", task=task.name, seq=seq, **{"try": attempt}, rank=rank,
+                  host=host, cpus=task.cpus, memory=task.memory)
+
+    def result(self, task: Any, seq: int, res: Any, outcome: str) -> None:
+        rank, host = self.where.pop(task.id, (-1, ""))
+        emit = self.emit
+        emit("task.started", timestamp=res.start, task=task.name, seq=seq,
+             **{"try": res.attempt}, rank=rank, host=host, cpus=task.cpus,
+             memory=task.memory)
+        emit("task.finished" if outcome == "succeeded" else "task.failed",
+             task=task.name, seq=seq, **{"try": res.attempt}, rank=rank, host=host,
+             cpus=task.cpus, memory=task.memory, outcome=outcome, status=res.status,
+             start=res.start, duration=res.duration, cpu_time=res.cpu_time,
+             max_rss_kb=res.max_rss_kb, error=res.error)
+        if outcome == "retry":
+            emit("task.retried", task=task.name, seq=seq, **{"try": res.attempt + 1})
+
+
+@pytest.mark.parametrize("now", [1795332368.0253382, 1e9, 1795332368.5])
+def test_direct_task_events_are_what_structlog_renders(
+        now: float, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The per-task JSON lines are written without structlog: byte for byte what the
+    structlog chain made of the same calls, values of unusual types included."""
+    from pmc import observe
+    from pmc.dag import Task
+    from pmc.protocol import TaskResult
+
+    monkeypatch.setattr(observe, "time", _Clock(now))
+    names = ["t0", 'we"ird\\name', "ünï\tcödé", "x" * 300]
+    results = [
+        ("succeeded", TaskResult(0, 1, 0, now - 1.5, 0.0012528309998, 0.000795, 25172,
+                                 None, None)),
+        ("retry", TaskResult(0, 1, 3, now, 1e-7, 0.0, 0, None, None)),
+        ("failed", TaskResult(0, 2, -9, now, 12345.678, 1.0, 1, 'exit "code" 1\n', None)),
+        ("stopped", TaskResult(0, 1, 1, now, 0.5, 0.25, 99, "killé", None)),
+        # Not what workers send, but must come out as before (rendered as structlog does).
+        ("failed", TaskResult(0, 1, 1, now, float("nan"), float("inf"), 0, None, None)),
+        ("succeeded", TaskResult(0, 1, 0, int(now), 0, 0, 0, None, None)),
+        ("succeeded", TaskResult(0, True, 0, now, 0.5, 0.5, 0, None, None)),
+        ("failed", TaskResult(0, 1, 1, now, 0.5, 0.5, 0, 42, None)),  # type: ignore[arg-type]
+    ]
+    outputs = []
+    for make in (observe.EventLog, _StructlogEvents):
+        path = tmp_path / f"{make.__name__}.jsonl"
+        out = LogOutput("json", str(path))
+        ev = make(out)
+        for i, name in enumerate(names):
+            task = Task(i, name, "/bin/true", cpus=1 + i, memory=100 * i)
+            for seq, (outcome, res) in enumerate(results, 1):
+                ev.ready(task, seq)
+                if seq != 3:  # a result without a dispatch: rank -1, host ""
+                    ev.dispatched(task, seq, res.attempt, seq, f"host-{i}")
+                ev.result(task, seq, res._replace(id=i), outcome)
+        ev.ready(task, True)  # type: ignore[arg-type]
+        ev.dispatched(task, True, 1, 1, "h")  # type: ignore[arg-type]
+        ev.result(task, 1, results[0][1], "succeeded")
+        out.close()
+        outputs.append(path.read_text())
+    fast, slow = outputs
+    assert fast == slow
+    assert len(fast.splitlines()) > 100
+    assert '"timestamp":NaN' not in fast and '"duration":NaN' in fast
+
+
+def test_held_back_task_events_keep_their_place(tmp_path: Path) -> None:
+    """Task events are rendered later, together, but land where they happened: before a
+    log message written after them, and at exit even without a close."""
+    from pmc.dag import Task
+    from pmc.observe import EventLog
+
+    path = tmp_path / "ev.jsonl"
+    out = LogOutput("json", str(path))
+    ev = EventLog(out)
+    task = Task(0, "a", "/bin/true")
+    ev.ready(task, 1)
+    ev.dispatched(task, 1, 1, 1, "h")
+    out.message(log.WARN, "between")
+    ev.held(task, "no time")
+    out.close()
+    assert [e["event"] for e in read_events(path)] == ["task.ready", "task.dispatched",
+                                                       "between", "task.held"]
+
+    code = ("import sys\n"
+            "from pmc.dag import Task\n"
+            "from pmc.observe import EventLog, LogOutput\n"
+            "ev = EventLog(LogOutput('json', sys.argv[1]))\n"
+            "ev.ready(Task(0, 'a', '/bin/true'), 1)\n")
+    exit_path = tmp_path / "exit.jsonl"
+    r = subprocess.run([sys.executable, "-c", code, str(exit_path)], env=clean_env(),
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert [e["event"] for e in read_events(exit_path)] == ["task.ready"]
