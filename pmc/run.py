@@ -58,7 +58,10 @@ def run(opts: RunOptions, observers: list[Observer] | None = None) -> int:
 def _run_mpi(opts: RunOptions, observers: list[Observer]) -> int:
     from pmc.transport.mpi import MpiTransport
 
-    transport = MpiTransport(sleep_on_recv=not opts.no_sleep_on_recv)
+    # With prefetching the next tasks already wait on the workers: a moment's delay in
+    # seeing a message costs nothing, and spinning would take cpu from the tasks.
+    transport = MpiTransport(sleep_on_recv=not opts.no_sleep_on_recv,
+                             spin=not opts.prefetch or bool(opts.max_failures))
     if transport.rank != 0:
         from pmc import worker
 

@@ -571,11 +571,20 @@ def _setup_logging(cfg: WorkerConfig, rank: int) -> None:
     if cfg.log_format != "json":
         log.setup(cfg.log_level, prefix=f"rank {rank}: ")
         return
-    from pmc.observe import LogOutput
+    sink: list[Callable[[int, str], None]] = []
 
-    out = LogOutput("json", None, cfg.log_level)
-    out.logger = out.logger.bind(rank=rank)
-    log.setup(cfg.log_level, sink=out.message)
+    def json_message(level: int, msg: str) -> None:
+        # structlog is set up at the first message, not at start: its import takes
+        # ~0.1 s of cpu, and a worker that runs its tasks without a word needs none.
+        if not sink:
+            from pmc.observe import LogOutput
+
+            out = LogOutput("json", None, cfg.log_level)
+            out.logger = out.logger.bind(rank=rank)
+            sink.append(out.message)
+        sink[0](level, msg)
+
+    log.setup(cfg.log_level, sink=json_message)
 
 
 def _wait(transport: Transport, inbox: deque[protocol.Message]) -> protocol.Message:

@@ -3,7 +3,8 @@
 Importing this module initialises MPI, so it is imported only when the run was started
 by an MPI launcher. Many MPI libraries spin inside a blocking receive (MPICH burns a full
 core), so waiting is ``improbe``: while messages flow, 0.2 ms of looks with
-``sched_yield`` between them, then capped exponential back-off: 0.1 ms doubling to 1 ms,
+``sched_yield`` between them (unless the run prefetches tasks, which hides the latency
+this saves), then capped exponential back-off: 0.1 ms doubling to 1 ms,
 reset by every message, the cap growing to 50 ms after a second with no message.
 While messages flow (a result every few milliseconds) a wait ends at most ~1 ms after
 its message arrived; a quiet second later it costs 20 look-ups a second.
@@ -32,8 +33,9 @@ def launched_size() -> int:
 
 
 class MpiTransport:
-    def __init__(self, sleep_on_recv: bool = True) -> None:
+    def __init__(self, sleep_on_recv: bool = True, spin: bool = True) -> None:
         self.comm = MPI.COMM_WORLD
+        self.spin = _SPIN if spin else 0.0
         self.rank = int(self.comm.Get_rank())
         self.size = int(self.comm.Get_size())
         self.sleep_on_recv = sleep_on_recv
@@ -74,7 +76,7 @@ class MpiTransport:
         # While messages flow, an answer is often a few microseconds away: look for it
         # for a moment, yielding the cpu between looks, before napping (a nap costs a
         # few hundred microseconds of latency per hop, whatever its length).
-        spin_until = now + _SPIN if now - self._last_message < _IDLE_AFTER else now
+        spin_until = now + self.spin if now - self._last_message < _IDLE_AFTER else now
         while True:
             cap = _IDLE_CAP if now - self._last_message > _IDLE_AFTER else _CAP
             if now < spin_until:
