@@ -518,8 +518,10 @@ class Worker:
     def _cap(self) -> float:
         # Within a second of the last message or task exit the master's next message is
         # likely close (it answers a result with the next task): look every millisecond.
-        # After a quiet second, every 50 ms: waiting must not burn a core.
-        return 0.001 if time.monotonic() - self.last_activity < 1.0 else 0.05
+        # After a quiet second, every 50 ms, after ten every 200 ms: waiting must not
+        # burn a core (each look is a turn of the MPI library's progress engine).
+        quiet = time.monotonic() - self.last_activity
+        return 0.001 if quiet < 1.0 else 0.05 if quiet < 10.0 else 0.2
 
 
 def run(transport: Transport) -> int:

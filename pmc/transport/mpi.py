@@ -5,7 +5,8 @@ by an MPI launcher. Many MPI libraries spin inside a blocking receive (MPICH bur
 core), so waiting is ``improbe``: while messages flow, 0.2 ms of looks with
 ``sched_yield`` between them (unless the run prefetches tasks, which hides the latency
 this saves), then capped exponential back-off: 0.1 ms doubling to 1 ms,
-reset by every message, the cap growing to 50 ms after a second with no message.
+reset by every message, the cap growing to 50 ms after a second with no message and to
+200 ms after ten.
 While messages flow (a result every few milliseconds) a wait ends at most ~1 ms after
 its message arrived; a quiet second later it costs 20 look-ups a second.
 ``--no-sleep-on-recv`` trades that for a blocking receive.
@@ -26,6 +27,8 @@ _FIRST = 0.0001
 _CAP = 0.001
 _IDLE_CAP = 0.05
 _IDLE_AFTER = 1.0
+_QUIET_CAP = 0.2  # after _QUIET_AFTER seconds without a message
+_QUIET_AFTER = 10.0
 
 
 def launched_size() -> int:
@@ -78,7 +81,9 @@ class MpiTransport:
         # few hundred microseconds of latency per hop, whatever its length).
         spin_until = now + self.spin if now - self._last_message < _IDLE_AFTER else now
         while True:
-            cap = _IDLE_CAP if now - self._last_message > _IDLE_AFTER else _CAP
+            quiet = now - self._last_message
+            cap = _CAP if quiet < _IDLE_AFTER else _IDLE_CAP if quiet < _QUIET_AFTER \
+                else _QUIET_CAP
             if now < spin_until:
                 os.sched_yield()
             elif self.sleep_on_recv:
