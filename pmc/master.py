@@ -285,7 +285,11 @@ class Master:
             if self.stop_reason is None:
                 self.dispatch()
             if not self.running:
-                assert not self.queued, "a queued task outlived its predecessor"
+                if self.queued:
+                    # Never with a worker that keeps the protocol: nothing is left to
+                    # start these in its place. Ready them again rather than wait.
+                    self.returned(list(self.queued))
+                    continue
                 if self.unsynced:
                     self.complete_synced(block=True)  # nothing else to wait for
                     continue
@@ -347,8 +351,6 @@ class Master:
         engine = self.engine
         res = self.resources
         if not engine.accepting():
-            if self.queued:
-                self.recall(self.queued)  # --max-failures: nothing new may start
             return
         tasks = self.dag.tasks
         batches: dict[int, list[TaskSpec]] = {}
