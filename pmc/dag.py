@@ -17,8 +17,8 @@ import math
 import re
 from array import array
 from collections.abc import Iterator, Sequence
-from itertools import accumulate, compress, islice, repeat
-from operator import ge, gt, le
+from itertools import accumulate, islice
+from operator import le
 from typing import BinaryIO, NamedTuple
 
 
@@ -47,6 +47,7 @@ class _Options(NamedTuple):
 
 
 _DEFAULTS = _Options()
+_new_task = object.__new__  # a Task with no attributes set, for the parse loop
 
 
 class Task:
@@ -303,7 +304,10 @@ _OPTIONS = {
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 _INT64 = 2**63 - 1  # option values travel to workers; keep them in a C long long
-_CHUNK = 1 << 20  # bytes read and decoded at a time
+# Bytes read and decoded at a time. Small enough that a block's bytes, text and lines
+# stay in the CPU's cache while its lines are parsed, and that these short-lived buffers
+# leave no holes in the heap: a megabyte cost a million-task parse 10 MB of peak RSS.
+_CHUNK = 1 << 16
 _SHOW = 80  # characters of offending text quoted in a message
 
 
@@ -345,18 +349,20 @@ def _reason(e: Exception) -> str:
 def _parse(path: str, f: BinaryIO) -> DAG:
     tasks: list[Task] = []
     index: dict[str, int] = {}
-    parents = array("i")
-    children = array("i")
-    edge_lines = array("i")
+    # "I", not "i": array("i") converts every item through PyArg_Parse, several times
+    # slower than the unsigned types (a million edges make three million appends).
+    parents = array("I")
+    children = array("I")
+    edge_lines = array("I")
     add_task = tasks.append
     add_parent = parents.append
     add_child = children.append
     add_line = edge_lines.append
     pegasus: str | None = None
     last_command = ""
-    for lineno, lines in _blocks(path, f):
-        for line in lines:
-            lineno += 1
+    backward = False
+    for before, lines, quoting in _blocks(path, f):
+        for lineno, line in enumerate(lines, before + 1):
             # At most three fields: the rest of a TASK line is its command, kept as
             # written; the rest of an EDGE line must be exactly one name.
             parts = line.split(None, 2)
@@ -369,12 +375,15 @@ def _parse(path: str, f: BinaryIO) -> DAG:
                     c = index[parts[2]]
                 except (KeyError, IndexError):
                     p, c = _edge(path, lineno, line, index)
-                if p == c:
-                    raise DagError(
-                        path,
-                        lineno,
-                        f"self edge: task {parts[1]!r} cannot depend on itself: {_show(line)}",
-                    )
+                if p >= c:
+                    if p == c:
+                        raise DagError(
+                            path,
+                            lineno,
+                            f"self edge: task {parts[1]!r} cannot depend on itself: {_show(line)}",
+                        )
+                    # Only an edge to a task defined earlier can close a cycle.
+                    backward = True
                 add_parent(p)
                 add_child(c)
                 add_line(lineno)
@@ -384,9 +393,7 @@ def _parse(path: str, f: BinaryIO) -> DAG:
                     len(parts) == 3
                     and parts[1][0] != "-"
                     and (rest := parts[2])[0] != "-"
-                    and "'" not in rest
-                    and '"' not in rest
-                    and "\\" not in rest
+                    and not (quoting and _has_quoting(rest))
                 ):
                     # The common line: no options, no quotes.
                     command = rest.rstrip()
@@ -394,7 +401,14 @@ def _parse(path: str, f: BinaryIO) -> DAG:
                     if command == last_command:
                         command = last_command
                     last_command = command
-                    task = Task(tid, parts[1], command, line=lineno)
+                    # Task(tid, parts[1], command, line=lineno), made without calling
+                    # the class: in Python 3.11 that call costs three times these lines.
+                    task = _new_task(Task)
+                    task.id = tid
+                    task.name = parts[1]
+                    task.command = command
+                    task.line = lineno
+                    task._options = _DEFAULTS
                 else:
                     task = _task(path, lineno, line, parts, tid)
                 if pegasus is not None:
@@ -418,7 +432,7 @@ def _parse(path: str, f: BinaryIO) -> DAG:
                     lineno,
                     f"unknown record type {_show(kind)} (expected TASK or EDGE): {_show(line)}",
                 )
-    return _build(path, tasks, index, parents, children, edge_lines)
+    return _build(path, tasks, index, parents, children, edge_lines, backward)
 
 
 def _edge(path: str, lineno: int, line: str, index: dict[str, int]) -> tuple[int, int]:
@@ -441,9 +455,10 @@ def _edge(path: str, lineno: int, line: str, index: dict[str, int]) -> tuple[int
     return index[fields[1]], index[fields[2]]
 
 
-def _blocks(path: str, f: BinaryIO) -> Iterator[tuple[int, list[str]]]:
-    """Yield (lines before, lines) for runs of complete lines, decoded a megabyte at a
-    time. A NUL byte or invalid UTF-8 raises DagError after the lines before it."""
+def _blocks(path: str, f: BinaryIO) -> Iterator[tuple[int, list[str], bool]]:
+    """Yield (lines before, lines, quoting) for runs of complete lines, decoded _CHUNK
+    bytes at a time; quoting is false when no line of the run has a quote or a
+    backslash. A NUL byte or invalid UTF-8 raises DagError after the lines before it."""
     before = 0
     pending: list[bytes] = []
     while True:
@@ -464,7 +479,7 @@ def _blocks(path: str, f: BinaryIO) -> Iterator[tuple[int, list[str]]]:
             if not data:
                 return
         lines, error = _decode(path, before, data)
-        yield before, lines
+        yield before, lines, b"'" in data or b'"' in data or b"\\" in data
         if error is not None:
             raise error
         before += len(lines)
@@ -650,56 +665,92 @@ def _build(
     parents: array[int],
     children: array[int],
     edge_lines: array[int],
+    backward: bool,
 ) -> DAG:
-    """Turn the edge lists into CSR form; reject duplicate edges and cycles."""
+    """Turn the edge lists into CSR form; reject duplicate edges and cycles.
+
+    Works in "I" arrays, as ``_parse`` does, and copies the results to the DAG's "i"
+    ones. This is the peak of a big parse: every list and array goes as soon as it is
+    used up, and no two lists of n counts ever live at once.
+    """
     n = len(tasks)
-    counts = [0] * n
-    for p in parents:
-        counts[p] += 1
-    child_start = array("i", [0])
-    child_start.extend(accumulate(counts))
-    if all(map(le, parents, islice(parents, 1, None))):
-        # Edges already grouped by parent, as generators usually write them.
-        child_list = array("i", children)
-    else:
-        # Stable counting sort: children keep their file order within a parent.
-        child_list = array("i", bytes(4 * len(children)))
-        slot = array("i", child_start)
-        for p, c in zip(parents, children, strict=True):
-            k = slot[p]
-            child_list[k] = c
-            slot[p] = k + 1
-        del slot
-    # A duplicate edge repeats a child within its parent's run: only parents with
-    # several children need a look, and no set of all edges is ever built.
-    for p in compress(range(n), map(gt, counts, repeat(1))):
-        run = child_list[child_start[p] : child_start[p + 1]]
-        if len(set(run)) < len(run):
-            raise _duplicate_edge(tasks, path, counts, parents, children, edge_lines)
-    del counts  # before the next list, not after: this is the peak of a big parse
     counts = [0] * n
     for c in children:
         counts[c] += 1
-    nparents = array("i", counts)
+    nparents = array("i", counts)  # straight to "i": an "I" copy would raise the peak
+    del counts
+    counts = [0] * n
+    several = array("I")  # parents with more than one child: only they can repeat one
+    for p in parents:
+        k = counts[p] + 1
+        counts[p] = k
+        if k == 2:
+            several.append(p)
+    starts = array("I", [0])
+    starts.extend(accumulate(counts))
+    del counts
+    if all(map(le, parents, islice(parents, 1, None))):
+        # Edges already grouped by parent, as generators usually write them.
+        by_parent = children
+    else:
+        # Stable counting sort: children keep their file order within a parent.
+        by_parent = array("I", bytes(4 * len(children)))
+        slot = array("I", starts)
+        for p, c in zip(parents, children, strict=True):
+            k = slot[p]
+            by_parent[k] = c
+            slot[p] = k + 1
+        del slot
+    if _repeats_a_child(by_parent, starts, several):
+        raise _duplicate_edge(tasks, path, several, parents, children, edge_lines)
+    child_list = _signed(by_parent)
+    del by_parent
+    child_start = _signed(starts)
+    del starts
     dag = DAG(path, tasks, index, child_start, child_list, nparents)
     # With every edge pointing forward in DAG order there can be no cycle.
-    if any(map(ge, parents, children)):
-        _check_acyclic(dag, counts, parents, children, edge_lines)
+    if backward:
+        _check_acyclic(dag, list(nparents), parents, children, edge_lines)
     return dag
+
+
+def _repeats_a_child(by_parent: array[int], starts: array[int], several: array[int]) -> bool:
+    """Whether a parent lists a child twice: a duplicate edge repeats a child within its
+    parent's run, so only parents with several children need a look, and no set of all
+    edges is ever built."""
+    for p in several:
+        first = starts[p]
+        end = starts[p + 1]
+        if end - first == 2:  # the most common run: compared, no set built
+            if by_parent[first] == by_parent[first + 1]:
+                return True
+        elif len(set(by_parent[first:end])) < end - first:
+            return True
+    return False
+
+
+def _signed(ids: array[int]) -> array[int]:
+    """The "i" array of the same ids: their four bytes copied, not converted one by one
+    (the same numbers below 2**31, and a DAG with more tasks or edges cannot fit in
+    memory)."""
+    signed = array("i")
+    signed.frombytes(memoryview(ids).cast("B"))
+    return signed
 
 
 def _duplicate_edge(
     tasks: list[Task],
     path: str,
-    counts: list[int],
+    several: array[int],
     parents: array[int],
     children: array[int],
     edge_lines: array[int],
 ) -> DagError:
     """The error for the first repeated edge in file order."""
+    candidates = set(several)
     first: dict[int, int] = {}
     for p, c, line in zip(parents, children, edge_lines, strict=True):
-        if counts[p] > 1:
+        if p in candidates:
             key = p << 32 | c
             if key in first:
                 return DagError(

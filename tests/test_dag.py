@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -96,6 +97,45 @@ def test_csr_layout(tmp_path: Path) -> None:
     assert dag.edge_count() == 5
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(min_value=1, max_value=12).flatmap(
+        lambda n: st.tuples(
+            st.just(n),
+            st.lists(
+                st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)).filter(
+                    lambda e: e[0] != e[1]
+                ),
+                unique=True,
+                max_size=30,
+            ),
+        )
+    )
+)
+def test_csr_matches_the_edges_in_file_order(case: tuple[int, list[tuple[int, int]]]) -> None:
+    # Any edge order, forward or backward in DAG order: the CSR lists each parent's
+    # children in file order, and nparents counts each child's parents.
+    n, edge_list = case
+    text = "".join(f"TASK t{i} prog\n" for i in range(n))
+    text += "".join(f"EDGE t{p} t{c}\n" for p, c in edge_list)
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            dag = parse(Path(tmp), text)
+        except DagError as e:
+            assert e.message.startswith("cycle")
+            return
+    assert [list(dag.children(p)) for p in range(n)] == [
+        [c for q, c in edge_list if q == p] for p in range(n)
+    ]
+    assert list(dag.nparents) == [sum(c == i for _, c in edge_list) for i in range(n)]
+    # The arrays the engine reads keep their C int type.
+    assert (dag.child_start.typecode, dag.child_list.typecode, dag.nparents.typecode) == (
+        "i",
+        "i",
+        "i",
+    )
+
+
 def test_back_edges_in_dag_order_are_fine(tmp_path: Path) -> None:
     # A child defined before its parent is no cycle.
     dag = parse(tmp_path, "TASK C c\nTASK B b\nTASK A a\nEDGE A B\nEDGE B C\n")
@@ -150,6 +190,15 @@ def test_task_defaults(tmp_path: Path) -> None:
     assert task.pegasus_id is None
     assert task.expected_runtime is None
     assert task.line == 1
+
+
+def test_parsed_tasks_share_no_options(tmp_path: Path) -> None:
+    # Plain tasks share one set of default options until one of them changes.
+    dag = parse(tmp_path, "TASK A a\nTASK B b\n")
+    dag.tasks[0].tries = 3
+    assert dag.tasks[0].tries == 3
+    assert dag.tasks[1].tries is None
+    assert Task(0, "A", "a").tries is None
 
 
 def test_task_constructor_and_assignment() -> None:
