@@ -94,7 +94,7 @@ _Waited = str | Running | tuple[Running, int]
 
 class _Poller:
     """epoll over file descriptors, each with the object it stands for. ``selectors``
-    does the same with key objects and mask maps at ~25 µs more per task (a pidfd is
+    does the same with key objects and mask maps at ~15 µs more per task (a pidfd is
     added, waited on and removed for every one)."""
 
     def __init__(self) -> None:
