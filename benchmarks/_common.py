@@ -10,6 +10,7 @@ import os
 import platform
 import random
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -99,13 +100,22 @@ _SUMMARY = re.compile(r"\[cluster-summary stat=\"(\w+)\", tasks=(\d+), submitted
                       r"succeeded=(\d+), failed=(\d+).*?duration=([0-9.]+)")
 
 
+def children_cpu() -> float:
+    """User + system seconds of every waited-for descendant so far (a run's tasks count
+    too: each process adds those it waited for)."""
+    u = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return u.ru_utime + u.ru_stime
+
+
 class PmcRun:
-    def __init__(self, wall: float, duration: float, tasks: int, ok: bool, out: str) -> None:
+    def __init__(self, wall: float, duration: float, tasks: int, ok: bool, out: str,
+                 cpu: float = 0.0) -> None:
         self.wall = wall  # the whole command, interpreter start to exit
         self.duration = duration  # the run as pmc measures it (workers up to summary)
         self.tasks = tasks
         self.ok = ok
         self.out = out
+        self.cpu = cpu  # seconds, every process of the run: launcher, pmc, tasks
 
     @property
     def rate(self) -> float:
@@ -134,15 +144,17 @@ def run_pmc(dag: Path, mode: str, workers: int, extra: Sequence[str] = (),
     else:
         cmd = [PYTHON, "-m", "pmc", *args, "--local", "--workers", str(workers)]
     t0 = time.monotonic()
+    c0 = children_cpu()
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           cwd=dag.parent, env=pmc_env(), timeout=timeout, check=False)
+    cpu = children_cpu() - c0
     wall = time.monotonic() - t0
     m = _SUMMARY.search(proc.stdout)
     if proc.returncode != 0 or m is None:
         raise RuntimeError(f"pmc failed ({proc.returncode}): {' '.join(cmd)}\n"
                            f"{proc.stdout[-3000:]}")
     done = int(m.group(4)) + int(m.group(5))
-    return PmcRun(wall, float(m.group(6)), done, m.group(1) == "ok", proc.stdout)
+    return PmcRun(wall, float(m.group(6)), done, m.group(1) == "ok", proc.stdout, cpu)
 
 
 def mpiexec() -> str:
@@ -204,6 +216,7 @@ class Floor:
     def __init__(self, workdir: Path) -> None:
         self.kind = "python"
         self.exe: Path | None = None
+        self.cpu = 0.0  # seconds of the last run, the loop and its tasks
         cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
         if cc:
             src = workdir / "floor.c"
@@ -217,11 +230,18 @@ class Floor:
 
     def run(self, n: int, concurrency: int, program: str = "/bin/true") -> float:
         """Tasks per second."""
+        c0 = children_cpu()
         if self.exe is not None:
             out = subprocess.run([str(self.exe), str(n), str(concurrency), program],
                                  capture_output=True, text=True, check=True).stdout
+            self.cpu = children_cpu() - c0
             return n / float(out)
-        return n / python_floor(n, concurrency, program)
+        s0 = resource.getrusage(resource.RUSAGE_SELF)
+        elapsed = python_floor(n, concurrency, program)
+        s1 = resource.getrusage(resource.RUSAGE_SELF)
+        self.cpu = (children_cpu() - c0 + s1.ru_utime - s0.ru_utime + s1.ru_stime
+                    - s0.ru_stime)
+        return n / elapsed
 
 
 def python_floor(n: int, concurrency: int, program: str) -> float:

@@ -11,6 +11,10 @@ a machine others may be using. pmc's rate is tasks / the run's own duration (the
 end-to-end rate, interpreter start to exit, is printed too. The observability case
 adds ``--log-format json --log-file F --metrics-port 0`` to the embedded run;
 ``--with-no-prefetch`` adds runs with PMC's one-task-per-free-slot dispatch.
+
+Beside the rates, the cpu per task of every process of a run (floor: the loop and its
+tasks; pmc: launcher, master, workers and tasks). With the cores busy the ratio follows
+the cpu ratio, which moves less from minute to minute than the rates do.
 """
 
 from __future__ import annotations
@@ -82,11 +86,14 @@ def main(argv: list[str] | None = None) -> int:
           f"concurrency {args.slots}")
     ratios: dict[str, list[float]] = {label: [] for label, *_ in cases}
     rates: dict[str, list[float]] = {label: [] for label, *_ in cases}
+    cpus: dict[str, list[float]] = {label: [] for label, *_ in cases}  # µs per task
     floors: list[float] = []
+    floor_cpus: list[float] = []
     for rnd in range(1, args.rounds + 1):
         f_rate = floor.run(args.tasks, args.slots, args.program)
         floors.append(f_rate)
-        print(f"round {rnd}: floor {f_rate:8.0f} tasks/s")
+        floor_cpus.append(floor.cpu / args.tasks * 1e6)
+        print(f"round {rnd}: floor {f_rate:8.0f} tasks/s  cpu {floor_cpus[-1]:5.0f} µs/task")
         for label, shape, mode, extra in cases:
             path, n = dags[shape]
             r: PmcRun = run_pmc(path, mode, args.slots, extra)
@@ -96,13 +103,17 @@ def main(argv: list[str] | None = None) -> int:
             ratio = r.rate / f_rate
             ratios[label].append(ratio)
             rates[label].append(r.rate)
+            cpus[label].append(r.cpu / n * 1e6)
             print(f"round {rnd}: {label:32s} {r.rate:8.0f} tasks/s  ratio {ratio:5.2f}  "
+                  f"cpu {cpus[label][-1]:5.0f} µs/task  "
                   f"(end to end {n / r.wall:6.0f}/s, {r.wall:.1f} s)")
     print()
-    print(f"{'case':34s} {'median rate':>12s} {'median ratio':>13s} {'best ratio':>11s}")
+    print(f"floor cpu per task (median): {median(floor_cpus):.0f} µs")
+    print(f"{'case':34s} {'median rate':>12s} {'median ratio':>13s} {'best ratio':>11s} "
+          f"{'cpu µs/task':>12s}")
     for label in ratios:
         print(f"{label:34s} {median(rates[label]):10.0f}/s {median(ratios[label]):13.2f} "
-              f"{max(ratios[label]):11.2f}")
+              f"{max(ratios[label]):11.2f} {median(cpus[label]):12.0f}")
     base = "independent/local"
     obs = next((label for label in ratios if "json" in label), None)
     obs_note = ""
