@@ -109,9 +109,7 @@ class Master:
         # tasks the moment that ends, so the slot does not wait for a round trip to the
         # master. It takes the slot and the resources over from that task; until its
         # predecessor's result arrives it is "queued", unseen by the observers.
-        # Off with --max-failures: a task queued behind one that fails would start before
-        # the master could count that failure.
-        self.prefetch = opts.prefetch and not opts.max_failures
+        self.prefetch = opts.prefetching
         self.queued: dict[int, tuple[Worker, int]] = {}  # task -> (worker, predecessor)
         self.next_of: dict[int, int] = {}  # running or queued task -> its successor
         # The last task of each slot's chain (running, or queued behind running ones) ->

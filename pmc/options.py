@@ -50,5 +50,11 @@ class RunOptions:
     site: str = ""
 
     @property
+    def prefetching(self) -> bool:
+        """Whether tasks queue behind running ones: not with --max-failures, where a
+        queued task could start before the failure that should stop it is counted."""
+        return self.prefetch and not self.max_failures
+
+    @property
     def rescue_path(self) -> str:
         return self.rescue or f"{self.dag}.rescue"

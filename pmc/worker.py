@@ -31,7 +31,7 @@ from pmc import log, protocol
 from pmc.dag import split_command
 from pmc.protocol import TaskResult, TaskSpec, WorkerConfig
 from pmc.records import cluster_task_record
-from pmc.transport import Transport, TransportError
+from pmc.transport import Transport, TransportError, look_interval
 
 FILE_FORWARD_LIMIT = 1 << 20  # the reference's limit for -F files
 PIPE_FORWARD_LIMIT = 16 << 20  # per task, all pipes together: the data travels in memory
@@ -518,7 +518,8 @@ class Worker:
                     delay = 0.0001
                     self.last_activity = time.monotonic()
                 else:
-                    delay = min(delay * 2, self._cap())
+                    quiet = time.monotonic() - self.last_activity
+                    delay = min(delay * 2, look_interval(quiet))
             self.flush_guard()
             # Returned tasks first: a task given back was recalled before the task it
             # followed ended, so the master must learn of it before that task's result
@@ -545,14 +546,6 @@ class Worker:
         of finished tasks now, to send more work in time."""
         successors = self.successors
         return not successors or any(t not in successors for t in self.running_ids)
-
-    def _cap(self) -> float:
-        # Within a second of the last message or task exit the master's next message is
-        # likely close (it answers a result with the next task): look every millisecond.
-        # After a quiet second, every 50 ms, after ten every 200 ms: waiting must not
-        # burn a core (each look is a turn of the MPI library's progress engine).
-        quiet = time.monotonic() - self.last_activity
-        return 0.001 if quiet < 1.0 else 0.05 if quiet < 10.0 else 0.2
 
 
 def run(transport: Transport) -> int:

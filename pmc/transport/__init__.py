@@ -35,5 +35,14 @@ class Transport(Protocol):
     def close(self) -> None: ...
 
 
+def look_interval(quiet: float) -> float:
+    """How often to look for messages on a transport that can only be polled, after
+    ``quiet`` seconds without one: every millisecond while they flow (the master answers
+    a result with the next task), every 50 ms after a quiet second, every 200 ms after
+    ten. Waiting must not burn a core: each look is a turn of the MPI library's
+    progress engine."""
+    return 0.001 if quiet < 1.0 else 0.05 if quiet < 10.0 else 0.2
+
+
 class TransportError(Exception):
     pass

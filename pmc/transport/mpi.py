@@ -20,15 +20,11 @@ import time
 from mpi4py import MPI
 
 from pmc.protocol import Message
-from pmc.transport import TransportError
+from pmc.transport import TransportError, look_interval
 
 _SPIN = 0.0002
 _FIRST = 0.0001
-_CAP = 0.001
-_IDLE_CAP = 0.05
-_IDLE_AFTER = 1.0
-_QUIET_CAP = 0.2  # after _QUIET_AFTER seconds without a message
-_QUIET_AFTER = 10.0
+_IDLE_AFTER = 1.0  # no spinning after this long without a message
 
 
 def launched_size() -> int:
@@ -81,9 +77,7 @@ class MpiTransport:
         # few hundred microseconds of latency per hop, whatever its length).
         spin_until = now + self.spin if now - self._last_message < _IDLE_AFTER else now
         while True:
-            quiet = now - self._last_message
-            cap = _CAP if quiet < _IDLE_AFTER else _IDLE_CAP if quiet < _QUIET_AFTER \
-                else _QUIET_CAP
+            cap = look_interval(now - self._last_message)
             if now < spin_until:
                 os.sched_yield()
             elif self.sleep_on_recv:
