@@ -545,10 +545,20 @@ class Master:
             # these tasks count as done, and their children become ready, once the
             # sync is through. Meanwhile the freed slots take other ready tasks.
             self.rescue.write(tasks[r.id].name for r, _err in succeeded)
-            self.unsynced.append((self.rescue.request_sync(), succeeded))
+            urgent = self.awaited(succeeded)
+            self.unsynced.append((self.rescue.request_sync(urgent), succeeded))
         failed = [(r, err) for r, err in good if not (r.status == 0 and err is None)]
         if failed:
             self.complete(failed)
+
+    def awaited(self, finished: list[tuple[TaskResult, str | None]]) -> bool:
+        """Whether work waits for these tasks to count as done: some have children, and
+        a slot is idle or fewer tasks are ready than there are slots. Otherwise their
+        records may wait to be made durable together with later ones."""
+        start = self.dag.child_start
+        if not any(start[r.id + 1] > start[r.id] for r, _err in finished):
+            return False
+        return self.resources.any_idle() or self.engine.nready < self.resources.total_slots
 
     def complete_synced(self, block: bool = False) -> None:
         """Finish the batches whose DONE records are durable (all of them if block)."""

@@ -93,6 +93,7 @@ class Resources:
         self.hosts: dict[str, Host] = {}
         self.workers: dict[int, Worker] = {}
         self._idle_hosts: dict[str, Host] = {}  # insertion-ordered set
+        self.total_slots = 0  # of the workers still here
 
     def add_worker(
         self,
@@ -111,6 +112,7 @@ class Resources:
         host.workers.append(worker)
         host.free_slots += slots
         self.workers[rank] = worker
+        self.total_slots += slots
         if slots > 0:
             host.idle[worker] = None
             self._idle_hosts[hostname] = host
@@ -121,6 +123,7 @@ class Resources:
         worker = self.workers.pop(rank, None)
         if worker is None:
             return None
+        self.total_slots -= worker.slots
         host = worker.host
         if worker in host.idle:
             del host.idle[worker]
@@ -130,10 +133,6 @@ class Resources:
         host.free_slots -= worker.free_slots
         worker.free_slots = 0
         return worker
-
-    @property
-    def total_slots(self) -> int:
-        return sum(w.slots for w in self.workers.values())
 
     @property
     def total_cpus(self) -> int:

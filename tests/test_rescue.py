@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from pmc.dag import DAG, parse_dag
@@ -81,3 +82,26 @@ def test_group_commit_tickets(tmp_path: Path) -> None:
     assert log.synced() >= second
     log.close()
     assert path.read_bytes() == b"\nDONE A\nDONE B"
+
+
+def test_lazy_syncs_are_made_durable_unasked_or_when_waited_for(tmp_path: Path) -> None:
+    d = dag(tmp_path)
+    path = tmp_path / "w.rescue"
+    log = RescueLog(str(path), d, set())
+    log.write(["A"])
+    first = log.request_sync(urgent=False)
+    deadline = time.monotonic() + 30
+    while log.synced() < first:  # nobody waits: it still happens, on the syncer's own
+        assert time.monotonic() < deadline, "a lazy sync never happened"
+        time.sleep(0.001)
+    log.write(["B"])
+    second = log.request_sync(urgent=False)
+    log.wait_synced(second)  # waiting makes it urgent
+    assert log.synced() >= second
+    log.write(["t1"])
+    third = log.request_sync(urgent=False)
+    syncer = log._syncer
+    assert syncer is not None
+    log.close()  # the end syncs what is pending
+    assert syncer.done >= third
+    assert path.read_bytes() == b"\nDONE A\nDONE B\nDONE t1"
