@@ -288,6 +288,12 @@ def median(values: Sequence[float]) -> float:
 
 
 def workdir(keep: str | None = None) -> Path:
+    """Where a benchmark writes its files. Also compiles pmc's modules first, as a
+    non-editable install does: in a checkout run with PYTHONDONTWRITEBYTECODE every
+    start of every worker would compile them again, and runs would time that."""
+    import compileall
+
+    compileall.compile_dir(str(REPO / "pmc"), quiet=1)
     if keep:
         p = Path(keep)
         p.mkdir(parents=True, exist_ok=True)

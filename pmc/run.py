@@ -28,7 +28,7 @@ from pmc.master import (
     write_summary,
 )
 from pmc.options import RunOptions
-from pmc.records import DagmanOut, JobstateLog, ResourceLog
+from pmc.recordfiles import DagmanOut, JobstateLog, ResourceLog
 from pmc.rescue import RescueError, read_rescue
 from pmc.transport import Transport
 

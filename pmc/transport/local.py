@@ -8,6 +8,7 @@ A worker whose socket closes is reported by ``lost()``.
 
 from __future__ import annotations
 
+import os
 import pickle
 import selectors
 import signal
@@ -24,6 +25,20 @@ _HEADER = struct.Struct("!I")
 # Reads go into one preallocated buffer: recv(n) allocates n bytes each call, and for
 # 1 MiB that costs ~30 µs a message, more than the rest of receiving it.
 _RECV = 1 << 20
+
+
+def _worker_command() -> list[str]:
+    """``python -S``, told where pmc and everything the master can import are, starting
+    ``pmc.worker``: without ``site`` (and the .pth files it reads: editable installs,
+    certifi...) a worker reports in about half the time, which every run waits for. The
+    path travels on the command line, not in PYTHONPATH, which the tasks would inherit."""
+    import pmc
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(pmc.__file__)))
+    paths = list(dict.fromkeys([root, *(p for p in sys.path if p)]))
+    boot = (f"import sys; sys.path[:0] = sys.argv[1].split({os.pathsep!r}); "
+            "from pmc.worker import main; sys.exit(main(sys.argv[3:]))")
+    return [sys.executable, "-S", "-c", boot, os.pathsep.join(paths), "pmc.worker"]
 
 
 class _Conn:
@@ -68,7 +83,7 @@ class LocalMaster:
         for rank in range(1, workers + 1):
             mine, theirs = socket.socketpair()
             proc = subprocess.Popen(
-                [sys.executable, "-m", "pmc.worker", "--fd", str(theirs.fileno()),
+                [*_worker_command(), "--fd", str(theirs.fileno()),
                  "--rank", str(rank), "--size", str(self.size)],
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
