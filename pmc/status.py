@@ -4,8 +4,8 @@ How status learns what it shows:
 - ``DAG.status.json`` — a small snapshot the master keeps next to the DAG (``StatusFile``
   below): counts of done / running / failed / ready tasks, the names of running and failed
   tasks, pid and host of the master, and the run's state. It is replaced atomically (tmp +
-  rename) at most once a second from the master's loop and once more at the end, so it
-  costs nothing per task and needs no log option.
+  rename) at most once a second, by a thread, and once more at the end, so it costs
+  nothing per task and needs no log option.
 - The rescue log (``DAG.rescue`` or ``-r``): the durable record of which tasks are done.
   It decides the "done" count whatever the snapshot says.
 - ``jobstate.log`` next to the DAG (``--jobstate-log``): read when there is no snapshot
