@@ -5,12 +5,13 @@
     python benchmarks/throughput.py --tasks 2000 --rounds 1 --modes local
 
 Each round runs the floor (a tight posix_spawn + wait loop, in C when a compiler is
-there) and then each pmc case, so every ratio compares figures taken moments apart on
-a machine others may be using. pmc's rate is tasks / the run's own duration (the
-``[cluster-summary]`` record: from start-up of the workers to the last result); the
-end-to-end rate, interpreter start to exit, is printed too. The observability case
-adds ``--log-format json --log-file F --metrics-port 0`` to the embedded run;
-``--with-no-prefetch`` adds runs with PMC's one-task-per-free-slot dispatch.
+there) before and after each pmc case, and each case's ratio is to the mean of the two
+floors around it: figures taken moments apart on a machine whose speed drifts. pmc's
+rate is tasks / the run's own duration (the ``[cluster-summary]`` record: from start-up
+of the workers to the last result); the end-to-end rate, interpreter start to exit, is
+printed too. The observability case adds ``--log-format json --log-file F
+--metrics-port 0`` to the embedded run, and runs right after it; ``--with-no-prefetch``
+adds runs with PMC's one-task-per-free-slot dispatch.
 
 Beside the rates, the cpu per task of every process of a run (floor: the loop and its
 tasks; pmc: launcher, master, workers and tasks). With the cores busy the ratio follows
@@ -76,10 +77,14 @@ def main(argv: list[str] | None = None) -> int:
             cases.append((f"independent/{mode}+no-prefetch", "independent", mode,
                           ["--no-prefetch"]))
     if not args.no_observability and "local" in modes and dags:
+        # Right after the plain run it is compared with: this machine's speed drifts
+        # by several per cent from one minute to the next.
         shape = "independent" if "independent" in dags else next(iter(dags))
         log = str(work / "pmc-log.json")
-        cases.append((f"{shape}/local+json+metrics", shape, "local",
-                      ["--log-format", "json", "--log-file", log, "--metrics-port", "0"]))
+        plain = next(i for i, case in enumerate(cases) if case[0] == f"{shape}/local")
+        cases.insert(plain + 1, (f"{shape}/local+json+metrics", shape, "local",
+                                 ["--log-format", "json", "--log-file", log,
+                                  "--metrics-port", "0"]))
 
     print(f"machine: {machine()}")
     print(f"floor: {floor.kind} posix_spawn loop of {args.program}, "
@@ -89,18 +94,27 @@ def main(argv: list[str] | None = None) -> int:
     cpus: dict[str, list[float]] = {label: [] for label, *_ in cases}  # µs per task
     floors: list[float] = []
     floor_cpus: list[float] = []
-    for rnd in range(1, args.rounds + 1):
+
+    def run_floor() -> float:
         f_rate = floor.run(args.tasks, args.slots, args.program)
         floors.append(f_rate)
         floor_cpus.append(floor.cpu / args.tasks * 1e6)
         print(f"round {rnd}: floor {f_rate:8.0f} tasks/s  cpu {floor_cpus[-1]:5.0f} µs/task")
+        return f_rate
+
+    for rnd in range(1, args.rounds + 1):
+        f_before = run_floor()
         for label, shape, mode, extra in cases:
             path, n = dags[shape]
             r: PmcRun = run_pmc(path, mode, args.slots, extra)
             if r.tasks != n or not r.ok:
                 print(f"  {label}: ran {r.tasks} of {n} tasks", file=sys.stderr)
                 return 1
-            ratio = r.rate / f_rate
+            # The floor runs before and after each case, and the case is compared with
+            # their mean: the machine's speed drifts from one minute to the next.
+            f_after = run_floor()
+            ratio = r.rate / ((f_before + f_after) / 2)
+            f_before = f_after
             ratios[label].append(ratio)
             rates[label].append(r.rate)
             cpus[label].append(r.cpu / n * 1e6)

@@ -51,6 +51,7 @@ _METHODS = ("critical", "error", "warning", "info", "debug", "debug")
 _LEVEL_NAMES = ("fatal", "error", "warn", "info", "debug", "trace")
 _FLUSH_EVERY = 0.25  # seconds between flushes of buffered task events
 _HOLD_MAX = 2048  # task events held back before they are rendered anyway
+_RENDER_AT = 64  # ... or at the end of a turn of the master's loop
 
 
 class _LazyFile:
@@ -321,6 +322,10 @@ class EventLog(Observer):
         if now >= self.next_flush:
             self.next_flush = now + _FLUSH_EVERY
             self.out.flush()
+        elif len(self.pending) >= _RENDER_AT:
+            # A few at a time, at the end of a turn: a quarter second's worth at once
+            # (~2,000 lines, several ms) would leave the slots without their next tasks.
+            self.out.render_pending()
 
     def finished(self, summary: Summary) -> None:
         fields = asdict(summary)
