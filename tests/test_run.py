@@ -148,6 +148,26 @@ def test_task_environment(launch, tmp_path: Path) -> None:
     assert "PMC_AFFINITY" not in env
 
 
+@pytest.mark.parametrize("pythonpath", [None, "/nonexistent/pmc-test-path"])
+def test_tasks_get_the_users_environment_unchanged(tmp_path: Path,
+                                                   pythonpath: str | None) -> None:
+    # Workers are started with the master's import path on their command line: none of
+    # it may leak into the tasks' environment (a Python task would import from it).
+    dag = write_dag(tmp_path / "w.dag", "TASK A /usr/bin/env\n")
+    env = clean_env(PMCTEST_MARK="a b")
+    env.pop("PYTHONPATH", None)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = pythonpath
+    r = pmc(["run", dag.name, "--local", "--workers", "1"], tmp_path, env=env)
+    assert r.returncode == 0, r.stderr
+    seen = dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line
+                and not line.startswith("["))
+    assert seen["PMCTEST_MARK"] == "a b"
+    assert seen.get("PYTHONPATH") == pythonpath
+    assert set(seen) - set(env) == {"PMC_TASK", "PMC_MEMORY", "PMC_CPUS", "PMC_RANK",
+                                    "PMC_HOST_RANK"}
+
+
 def test_quoted_arguments_reach_the_program_literally(tmp_path: Path) -> None:
     dag = write_dag(tmp_path / "w.dag",
                     "TASK A /usr/bin/printf '%s|' 'a < b || c > d' foo 'bar baz' $HOME\n")
