@@ -17,7 +17,10 @@ from pmc.resources import Host
 
 
 def _open_append(path: str) -> IO[str]:
-    return open(path, "a", buffering=1, encoding="utf-8")
+    # Buffered, flushed at the end of every turn of the master's loop (``flush``): a
+    # reader tailing the file sees each turn's lines together, and the master makes one
+    # write per turn instead of one per line (three or four per task).
+    return open(path, "a", encoding="utf-8")
 
 
 class JobstateLog(Observer):
@@ -46,6 +49,9 @@ class JobstateLog(Observer):
 
     def finished(self, summary: Summary) -> None:
         self._line(f"INTERNAL *** PMC_FINISHED {0 if summary.ok else 1} ***")
+
+    def flush(self) -> None:
+        self.f.flush()
 
     def close(self) -> None:
         self.f.close()
@@ -86,6 +92,9 @@ class DagmanOut(Observer):
         code = 0 if summary.ok else 1
         self._line(f"**** condor_scheduniv_exec.0.0 (condor_DAGMAN) pid {os.getpid()} "
                    f"EXITING WITH STATUS {code}")
+
+    def flush(self) -> None:
+        self.f.flush()
 
     def close(self) -> None:
         self.f.close()
