@@ -1,9 +1,9 @@
 """The embedded transport: worker processes on this machine, one socket pair each.
 
-Used when ``pmc run`` was not started by an MPI launcher. The master spawns
-``python -m pmc.worker`` for ranks 1..N with one end of a socketpair; messages are
-length-prefixed pickles. Waiting is a ``select`` on the sockets: no polling, no spinning.
-A worker whose socket closes is reported by ``lost()``.
+Used when ``pmc run`` was not started by an MPI launcher. The master starts a Python
+running ``pmc.worker`` for ranks 1..N (see ``_worker_command``) with one end of a
+socketpair; messages are length-prefixed pickles. Waiting is a ``select`` on the
+sockets: no polling, no spinning. A worker whose socket closes is reported by ``lost()``.
 """
 
 from __future__ import annotations
