@@ -6,6 +6,8 @@ by the smoke tests.
 
 from __future__ import annotations
 
+import compileall
+import functools
 import os
 import platform
 import random
@@ -122,7 +124,17 @@ class PmcRun:
         return self.tasks / self.duration if self.duration > 0 else 0.0
 
 
+@functools.cache
+def _compile_pmc() -> None:
+    """Compile pmc's modules, as a non-editable install does: in a checkout run with
+    PYTHONDONTWRITEBYTECODE every start of every worker would compile them again, and
+    the benchmarks would time that."""
+    compileall.compile_dir(str(REPO / "pmc"), quiet=1)
+
+
 def pmc_env() -> dict[str, str]:
+    """The environment of every pmc a benchmark starts (its modules compiled first)."""
+    _compile_pmc()
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     return env
@@ -288,12 +300,6 @@ def median(values: Sequence[float]) -> float:
 
 
 def workdir(keep: str | None = None) -> Path:
-    """Where a benchmark writes its files. Also compiles pmc's modules first, as a
-    non-editable install does: in a checkout run with PYTHONDONTWRITEBYTECODE every
-    start of every worker would compile them again, and runs would time that."""
-    import compileall
-
-    compileall.compile_dir(str(REPO / "pmc"), quiet=1)
     if keep:
         p = Path(keep)
         p.mkdir(parents=True, exist_ok=True)

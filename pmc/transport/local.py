@@ -80,10 +80,11 @@ class LocalMaster:
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self._lost: list[int] = []
         self._rview = memoryview(bytearray(_RECV))
+        command = _worker_command()
         for rank in range(1, workers + 1):
             mine, theirs = socket.socketpair()
             proc = subprocess.Popen(
-                [*_worker_command(), "--fd", str(theirs.fileno()),
+                [*command, "--fd", str(theirs.fileno()),
                  "--rank", str(rank), "--size", str(self.size)],
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
