@@ -7,7 +7,9 @@ For each size and edge pattern a fresh interpreter (so RSS figures are its own):
 1. writes the DAG (n tasks, n edges; "local" edges join tasks at most 64 apart, as a
    planner writes them, "random" ones join any earlier task to any later one),
 2. times ``parse_dag`` (reading, validation, duplicate-edge and cycle checks) and takes
-   the peak RSS after it,
+   the peak RSS after it; for a file big enough to get an edge helper (a second
+   process resolving part of the EDGE lines, ``pmc.edgehelper``), its cpu, and its peak
+   RSS from a run of the helper's work on its own,
 3. runs the real ``Master`` with every default observer (rescue log, resource log,
    status snapshot, tally) over an in-process transport whose workers finish a task the
    moment they get it, and reports the master's CPU per task and the run's peak RSS.
@@ -30,7 +32,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from _common import PYTHON, machine, pmc_env, write_big
+from _common import PYTHON, children_cpu, machine, pmc_env, write_big
 
 HERE = Path(__file__).resolve().parent
 
@@ -91,6 +93,22 @@ def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def helper_mb(dag_path: str) -> float:
+    """Peak RSS of the edge helper's work on this file, in a process of its own (the
+    helper of a parse is not waited for in a way that would tell)."""
+    from pmc import dag, edgehelper
+
+    if os.path.getsize(dag_path) < edgehelper.MIN_BYTES:
+        return 0.0
+    code = ("import io, os, sys; from pmc import edgehelper; "
+            "edgehelper.resolve(sys.argv[1], os.path.getsize(sys.argv[1]), int(sys.argv[2]), "
+            "io.BytesIO()); print([l for l in open('/proc/self/status') "
+            "if l.startswith('VmHWM:')][0].split()[1])")
+    out = subprocess.run([sys.executable, "-c", code, dag_path, str(dag._CHUNK)],
+                         capture_output=True, text=True, check=True).stdout
+    return int(out) / 1024
+
+
 def measure(dag_path: str, workers: int, slots: int) -> dict[str, float]:
     """In this process: parse, then a whole run of the master. Figures as a dict."""
     from pmc import log
@@ -103,9 +121,11 @@ def measure(dag_path: str, workers: int, slots: int) -> dict[str, float]:
     base = peak_mb()
     t0 = time.perf_counter()
     c0 = time.process_time()
+    h0 = children_cpu()
     dag = parse_dag(dag_path)
     parse_wall = time.perf_counter() - t0
     parse_cpu = time.process_time() - c0
+    helper_cpu = children_cpu() - h0
     parse_rss = peak_mb()
     opts = RunOptions(dag=dag_path, skip_rescue=True, nolock=True, mode="local",
                       worker_slots=slots, host_cpus=workers * slots)
@@ -127,7 +147,8 @@ def measure(dag_path: str, workers: int, slots: int) -> dict[str, float]:
         raise SystemExit(f"run did not succeed: {summary.outcome} {summary.succeeded}")
     return {
         "tasks": len(dag), "edges": dag.edge_count(), "parse_s": parse_wall,
-        "parse_cpu_s": parse_cpu, "base_mb": base, "parse_mb": parse_rss,
+        "parse_cpu_s": parse_cpu, "helper_cpu_s": helper_cpu,
+        "helper_mb": helper_mb(dag_path), "base_mb": base, "parse_mb": parse_rss,
         "master_init_mb": init_rss, "peak_mb": peak_mb(), "run_cpu_s": run_cpu,
         "run_wall_s": run_wall, "us_per_task": run_cpu / len(dag) * 1e6,
     }
@@ -154,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"work dir: {work} ({'tmpfs' if shm and str(work).startswith(shm) else 'disk'}); "
           f"master with {args.workers} instant workers x {args.slots} slots")
     print(f"{'edges':7s} {'tasks':>9s} {'edge#':>9s} {'parse s':>8s} {'parse MB':>9s} "
-          f"{'master MB':>9s} {'peak MB':>8s} {'run s':>7s} {'us/task':>8s}")
+          f"{'master MB':>9s} {'peak MB':>8s} {'run s':>7s} {'us/task':>8s} "
+          f"{'helper cpu s':>12s} {'helper MB':>9s}")
     rows: list[tuple[str, dict[str, float]]] = []
     for pattern in [e for e in args.edges.split(",") if e]:
         for n in [int(x) for x in args.sizes.split(",") if x]:
@@ -172,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
             rows.append((pattern, r))
             print(f"{pattern:7s} {r['tasks']:9d} {r['edges']:9d} {r['parse_s']:8.2f} "
                   f"{r['parse_mb']:9.0f} {r['master_init_mb']:9.0f} {r['peak_mb']:8.0f} "
-                  f"{r['run_wall_s']:7.1f} {r['us_per_task']:8.1f}", flush=True)
+                  f"{r['run_wall_s']:7.1f} {r['us_per_task']:8.1f} "
+                  f"{r['helper_cpu_s']:12.2f} {r['helper_mb']:9.0f}", flush=True)
             if not args.keep:
                 for suffix in ("", ".rescue", ".resource", ".status.json"):
                     try:

@@ -14,12 +14,16 @@ from __future__ import annotations
 
 import gc
 import math
+import os
 import re
 from array import array
 from collections.abc import Iterator, Sequence
 from itertools import accumulate, islice
 from operator import le
-from typing import BinaryIO, NamedTuple
+from typing import TYPE_CHECKING, BinaryIO, NamedTuple
+
+if TYPE_CHECKING:
+    from pmc.edgehelper import EdgeHelper
 
 
 class DagError(Exception):
@@ -333,7 +337,9 @@ def parse_dag(path: str) -> DAG:
     """Read and validate a DAG file; raise DagError on the first problem.
 
     Problems within a line are reported in file order; duplicate edges and cycles once
-    the whole file has been read.
+    the whole file has been read. A big file's EDGE lines are shared with a helper
+    process (``pmc.edgehelper``); should that fail, or the file hold an error, the file
+    is parsed again alone, and the error is the one the serial parse finds first.
     """
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed by the with below
@@ -345,10 +351,38 @@ def parse_dag(path: str) -> DAG:
     gc.disable()
     try:
         with f:
+            helper = _start_helper(path, f)
+            if helper is not None:
+                try:
+                    return _parse(path, f, helper)
+                except (DagError, _HelperFailed):
+                    f.seek(0)
+                finally:
+                    helper.stop()
             return _parse(path, f)
     finally:
         if collecting:
             gc.enable()
+
+
+class _HelperFailed(Exception):
+    """The edge helper gave no usable result: parse the file alone."""
+
+
+def _start_helper(path: str, f: BinaryIO) -> EdgeHelper | None:
+    """An edge helper for a big file, or None."""
+    try:
+        size = os.fstat(f.fileno()).st_size
+    except OSError:
+        return None
+    from pmc import edgehelper  # not at the top: it imports this module
+
+    if size < edgehelper.MIN_BYTES:
+        return None
+    try:
+        return edgehelper.EdgeHelper(path, size, _CHUNK)
+    except OSError:
+        return None
 
 
 def _reason(e: Exception) -> str:
@@ -357,7 +391,7 @@ def _reason(e: Exception) -> str:
     return str(e) or type(e).__name__
 
 
-def _parse(path: str, f: BinaryIO) -> DAG:
+def _parse(path: str, f: BinaryIO, helper: EdgeHelper | None = None) -> DAG:
     tasks: list[Task] = []
     index: dict[str, int] = {}
     # "I", not "i": array("i") converts every item through PyArg_Parse, several times
@@ -372,7 +406,18 @@ def _parse(path: str, f: BinaryIO) -> DAG:
     pegasus: str | None = None
     last_command = ""
     backward = False
-    for before, lines, quoting in _blocks(path, f):
+    split = -1  # the byte offset from which EDGE lines are the helper's; -1: none are
+    theirs = False  # are this block's EDGE lines the helper's?
+    nlines = 0
+    for offset, before, data, lines in _blocks(path, f, _CHUNK):
+        nlines = before + len(lines)
+        quoting = b"'" in data or b'"' in data or b"\\" in data
+        if helper is not None:
+            if split < 0 and b"EDGE" in data:
+                split = helper.split_offset(offset)
+            theirs = 0 <= split <= offset
+            if theirs and data.startswith(b"EDGE ") + data.count(b"\nEDGE ") == len(lines):
+                continue  # nothing but the helper's EDGE lines
         for lineno, line in enumerate(lines, before + 1):
             # At most three fields: the rest of a TASK line is its command, kept as
             # written; the rest of an EDGE line must be exactly one name.
@@ -381,6 +426,8 @@ def _parse(path: str, f: BinaryIO) -> DAG:
                 continue
             kind = parts[0]
             if kind == "EDGE":
+                if theirs:
+                    continue
                 try:
                     p = index[parts[1]]
                     c = index[parts[2]]
@@ -443,6 +490,17 @@ def _parse(path: str, f: BinaryIO) -> DAG:
                     lineno,
                     f"unknown record type {_show(kind)} (expected TASK or EDGE): {_show(line)}",
                 )
+    if split >= 0:
+        assert helper is not None
+        # The helper's edges follow every one of ours in the file.
+        ours = len(parents)
+        theirs_backward = helper.result(nlines, len(tasks), parents, children)
+        if theirs_backward is None:
+            raise _HelperFailed
+        # Their line numbers would only be shown in an error, and an error makes
+        # parse_dag parse again alone.
+        edge_lines.frombytes(bytes(4 * (len(parents) - ours)))
+        backward = backward or theirs_backward
     return _build(path, tasks, index, parents, children, edge_lines, backward)
 
 
@@ -466,15 +524,17 @@ def _edge(path: str, lineno: int, line: str, index: dict[str, int]) -> tuple[int
     return index[fields[1]], index[fields[2]]
 
 
-def _blocks(path: str, f: BinaryIO) -> Iterator[tuple[int, list[str], bool]]:
-    """Yield (lines before, lines, quoting) for runs of complete lines, decoded _CHUNK
-    bytes at a time; quoting is false when no line of the run has a quote or a
-    backslash. A NUL byte or invalid UTF-8 raises DagError after the lines before it."""
+def _blocks(path: str, f: BinaryIO, chunk: int) -> Iterator[tuple[int, int, bytes, list[str]]]:
+    """Yield (offset, lines before, data, lines) for runs of complete lines, read ``chunk``
+    bytes at a time: the run's first byte in the file, the number of lines before it,
+    its bytes and its decoded lines. A NUL byte or invalid UTF-8 raises DagError after
+    the lines before it. The same file and chunk always give the same runs."""
     before = 0
+    offset = 0
     pending: list[bytes] = []
     while True:
         try:
-            block = f.read(_CHUNK)
+            block = f.read(chunk)
         except OSError as e:
             raise DagError(path, None, f"cannot read DAG file: {_reason(e)}") from None
         if block:
@@ -490,10 +550,11 @@ def _blocks(path: str, f: BinaryIO) -> Iterator[tuple[int, list[str], bool]]:
             if not data:
                 return
         lines, error = _decode(path, before, data)
-        yield before, lines, b"'" in data or b'"' in data or b"\\" in data
+        yield offset, before, data, lines
         if error is not None:
             raise error
         before += len(lines)
+        offset += len(data)
         if not block:
             return
 

@@ -1,44 +1,29 @@
 """The embedded transport: worker processes on this machine, one socket pair each.
 
 Used when ``pmc run`` was not started by an MPI launcher. The master starts a Python
-running ``pmc.worker`` for ranks 1..N (see ``_worker_command``) with one end of a
+running ``pmc.worker`` for ranks 1..N (see ``pmc.pychild``) with one end of a
 socketpair; messages are length-prefixed pickles. Waiting is a ``select`` on the
 sockets: no polling, no spinning. A worker whose socket closes is reported by ``lost()``.
 """
 
 from __future__ import annotations
 
-import os
 import pickle
 import selectors
 import signal
 import socket
 import struct
 import subprocess
-import sys
 import time
 
 from pmc.protocol import Message
+from pmc.pychild import python_command
 from pmc.transport import TransportError
 
 _HEADER = struct.Struct("!I")
 # Reads go into one preallocated buffer: recv(n) allocates n bytes each call, and for
 # 1 MiB that costs ~30 µs a message, more than the rest of receiving it.
 _RECV = 1 << 20
-
-
-def _worker_command() -> list[str]:
-    """``python -S``, told where pmc and everything the master can import are, starting
-    ``pmc.worker``: without ``site`` (and the .pth files it reads: editable installs,
-    certifi...) a worker reports in about half the time, which every run waits for. The
-    path travels on the command line, not in PYTHONPATH, which the tasks would inherit."""
-    import pmc
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(pmc.__file__)))
-    paths = list(dict.fromkeys([root, *(p for p in sys.path if p)]))
-    boot = (f"import sys; sys.path[:0] = sys.argv[1].split({os.pathsep!r}); "
-            "from pmc.worker import main; sys.exit(main(sys.argv[3:]))")
-    return [sys.executable, "-S", "-c", boot, os.pathsep.join(paths), "pmc.worker"]
 
 
 class _Conn:
@@ -80,12 +65,11 @@ class LocalMaster:
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self._lost: list[int] = []
         self._rview = memoryview(bytearray(_RECV))
-        command = _worker_command()
         for rank in range(1, workers + 1):
             mine, theirs = socket.socketpair()
             proc = subprocess.Popen(
-                [*command, "--fd", str(theirs.fileno()),
-                 "--rank", str(rank), "--size", str(self.size)],
+                python_command("pmc.worker", "--fd", str(theirs.fileno()),
+                               "--rank", str(rank), "--size", str(self.size)),
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
                 env=env,

@@ -1,0 +1,235 @@
+"""The edge helper: a big DAG parsed with a second process gives the very DAG, and the
+very error, that parsing it alone gives.
+
+Every test here makes the helper run on small files (any size, 64-byte blocks, so a
+file of a few hundred bytes has many blocks and a split somewhere in its EDGE lines)
+and checks that the helper really did resolve some of the edges.
+"""
+
+from __future__ import annotations
+
+import sys
+from array import array
+from pathlib import Path
+from typing import BinaryIO
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pmc import dag as dagmod
+from pmc import edgehelper
+from pmc.dag import DAG, DagError, parse_dag
+
+
+class Helped:
+    """Counts the helper's results (edges it gave, runs that gave none) and the parses
+    that ran again alone."""
+
+    def __init__(self) -> None:
+        self.edges = 0
+        self.failed = 0
+        self.alone = 0
+
+
+@pytest.fixture
+def helped(monkeypatch: pytest.MonkeyPatch) -> Helped:
+    counts = Helped()
+    monkeypatch.setattr(edgehelper, "MIN_BYTES", 0)
+    monkeypatch.setattr(dagmod, "_CHUNK", 64)
+    result = edgehelper.EdgeHelper.result
+
+    def counted(self: edgehelper.EdgeHelper, lines: int, tasks: int, parents: array[int],
+                children: array[int]) -> bool | None:
+        before = len(parents)
+        got = result(self, lines, tasks, parents, children)
+        if got is None:
+            counts.failed += 1
+        else:
+            counts.edges += len(parents) - before
+        return got
+
+    monkeypatch.setattr(edgehelper.EdgeHelper, "result", counted)
+    parse = dagmod._parse
+
+    def parse_counted(path: str, f: BinaryIO, helper: object = None) -> DAG:
+        if helper is None:
+            counts.alone += 1
+        return parse(path, f, helper)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(dagmod, "_parse", parse_counted)
+    return counts
+
+
+def alone(path: str) -> DAG:
+    saved = edgehelper.MIN_BYTES
+    edgehelper.MIN_BYTES = 1 << 62
+    try:
+        return parse_dag(path)
+    finally:
+        edgehelper.MIN_BYTES = saved
+
+
+def error_alone(path: str) -> str:
+    with pytest.raises(DagError) as info:
+        alone(path)
+    return str(info.value)
+
+
+def shape(d: DAG) -> tuple[object, ...]:
+    tasks = [(t.id, t.name, t.command, t.line, t.memory, t.cpus, t.tries, t.priority,
+              t.pipe_forwards, t.file_forwards, t.pegasus_id, t.expected_runtime)
+             for t in d.tasks]
+    return (tasks, d.index, list(d.child_start), list(d.child_list), list(d.nparents))
+
+
+def write(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "h.dag"
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def fan(n: int) -> str:
+    """n tasks, then edges from each task to a few later ones, in no parent order."""
+    text = "".join(f"TASK t{i} /bin/true {i}\n" for i in range(n))
+    pairs = [(i, j) for j in range(1, n) for i in {j // 2, j // 3, max(0, j - 5)}]
+    pairs.sort(key=lambda e: (e[1] * 7919) % n)
+    return text + "".join(f"EDGE t{p} t{c}\n" for p, c in pairs)
+
+
+def test_helper_gives_the_same_dag(tmp_path: Path, helped: Helped) -> None:
+    path = write(tmp_path, fan(300))
+    assert shape(parse_dag(path)) == shape(alone(path))
+    assert helped.edges > 100 and not helped.failed
+    assert helped.alone == 1  # alone() only: the helped parse did not start again
+
+
+MIXED = """\
+# a DAG whose sections are not in order
+TASK a /bin/echo "EDGE a b"
+TASK b -m 5 -c 2 /bin/true
+EDGE a b
+#@ 7 transformation dax
+TASK c /bin/true 'x y'
+EDGE b c
+\r
+TASK d --priority=3 -- /bin/true
+EDGE\ta d
+EDGE d c
+  EDGE c   e_later_is_fine_below
+""".replace("  EDGE c   e_later_is_fine_below\n", "")
+
+
+def test_interleaved_sections_options_and_comments(tmp_path: Path, helped: Helped) -> None:
+    # Past the split the parser still reads TASK, comment and #@ lines itself; only
+    # the EDGE lines are the helper's.
+    more = "".join(f"TASK x{i} /bin/true\nEDGE a x{i}\n# note {i}\n" for i in range(40))
+    more += "".join(f"#@ {i} tr dax\nTASK y{i} -t 2 /bin/echo '{i}'\nEDGE y{i} d\n"
+                    for i in range(40))
+    path = write(tmp_path, MIXED + more + "EDGE\tb\td  \r\n")
+    got = parse_dag(path)
+    assert shape(got) == shape(alone(path))
+    assert got.tasks[got.index["y39"]].pegasus_id == "39"
+    assert helped.edges > 20 and not helped.failed
+    assert helped.alone == 1
+
+
+def test_backward_edges_and_cycles(tmp_path: Path, helped: Helped) -> None:
+    n = 200
+    text = "".join(f"TASK t{i} /bin/true\n" for i in range(n))
+    text += "".join(f"EDGE t{i + 1} t{i}\n" for i in range(n - 1))  # all backward
+    path = write(tmp_path, text)
+    assert shape(parse_dag(path)) == shape(alone(path))
+    assert helped.alone == 1
+    cyclic = write(tmp_path, text + "EDGE t0 t150\n")
+    with pytest.raises(DagError) as info:
+        parse_dag(cyclic)
+    assert str(info.value) == error_alone(cyclic)
+    assert "cycle of 151 tasks" in str(info.value)
+    assert helped.edges > 50
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "EDGE t3 nosuchtask\n",
+        "EDGE t4 t4\n",
+        "EDGE t1\n",
+        "EDGE t1 t2 t3\n",
+        "BOGUS line\n",
+        "TASK t5 /bin/true\n",  # a duplicate task id past the split
+        "TASK t900 --tries 0 x\n",
+    ],
+)
+def test_errors_in_the_helpers_share(tmp_path: Path, helped: Helped, bad: str) -> None:
+    lines = fan(300).splitlines(keepends=True)
+    lines.insert(len(lines) - 30, bad)  # well past the split
+    lines.insert(len(lines) - 10, "EDGE t2 nosuchtask_later\n")  # a later error loses
+    path = write(tmp_path, "".join(lines))
+    with pytest.raises(DagError) as info:
+        parse_dag(path)
+    assert str(info.value) == error_alone(path)
+    assert "nosuchtask_later" not in str(info.value)
+
+
+def test_duplicate_edge_across_the_split(tmp_path: Path, helped: Helped) -> None:
+    # Found once both halves are in, at the first repeat in file order.
+    path = write(tmp_path, fan(300) + "EDGE t1 t2\n")
+    with pytest.raises(DagError) as info:
+        parse_dag(path)
+    assert str(info.value) == error_alone(path)
+    assert "duplicate edge t1 -> t2" in str(info.value)
+    assert helped.edges > 100
+
+
+def test_error_before_the_split(tmp_path: Path, helped: Helped) -> None:
+    text = fan(300)
+    path = write(tmp_path, text.replace("EDGE ", "EDGE t1 nope\nEDGE ", 1))
+    with pytest.raises(DagError) as info:
+        parse_dag(path)
+    assert str(info.value) == error_alone(path)
+    assert "'nope'" in str(info.value)
+
+
+def test_a_failing_helper_costs_only_time(tmp_path: Path, helped: Helped,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(edgehelper, "python_command",
+                        lambda *args: [sys.executable, "-c", "import sys; sys.exit(3)"])
+    path = write(tmp_path, fan(100))
+    assert shape(parse_dag(path)) == shape(alone(path))
+    assert helped.failed == 1
+    assert helped.alone == 2
+
+
+def test_no_edges_no_wait(tmp_path: Path, helped: Helped) -> None:
+    path = write(tmp_path, "".join(f"TASK t{i} /bin/true\n" for i in range(200)))
+    assert len(parse_dag(path)) == 200
+    assert helped.edges == helped.failed == helped.alone == 0  # stopped, never asked
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(2, 60), st.lists(st.tuples(st.integers(0, 59), st.integers(0, 59)),
+                                    max_size=120), st.integers(0, 3))
+def test_any_dag(n: int, pairs: list[tuple[int, int]], spread: int) -> None:
+    # Random tasks, edges (any direction, repeats, self edges, unknown names) and
+    # TASK lines spread among the EDGE lines: the same DAG or the same error.
+    import tempfile
+
+    lines = [f"TASK t{i} /bin/true {'x' * (i % 7)}\n" for i in range(n)]
+    for k, (p, c) in enumerate(pairs):
+        lines.append(f"EDGE t{p} t{c}\n")
+        if spread and k % (spread + 3) == 0:
+            lines.append(f"TASK late{k} /bin/true\n")
+    with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as mp:
+        mp.setattr(edgehelper, "MIN_BYTES", 0)
+        mp.setattr(dagmod, "_CHUNK", 64)
+        path = write(Path(tmp), "".join(lines))
+        try:
+            expected: object = shape(alone(path))
+        except DagError as e:
+            expected = str(e)
+        try:
+            got: object = shape(parse_dag(path))
+        except DagError as e:
+            got = str(e)
+    assert got == expected
