@@ -123,6 +123,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                       help="send a worker a task only when it has a free slot (PMC's way); "
                       "by default each busy slot also holds the next task, started the "
                       "moment the running one ends")
+    ours.add_argument("--no-host-sockets", action="store_true",
+                      help="MPI mode: workers on the master's host talk to it through MPI "
+                      "too, not a Unix socket")
     ours.add_argument("--log-format", choices=("text", "json"), default="text",
                       help="log lines as text (default) or one JSON object per line")
     ours.add_argument("--log-file", metavar="PATH", help="write the log here, not stderr")
@@ -187,6 +190,7 @@ def options_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> R
         workers=args.workers,
         worker_slots=args.worker_slots,
         prefetch=not args.no_prefetch,
+        host_sockets=not args.no_host_sockets,
         log_format=args.log_format,
         log_file=args.log_file,
         metrics_port=args.metrics_port,

@@ -40,6 +40,7 @@ class RunOptions:
     workers: int | None = None  # embedded mode; None: one per cpu
     worker_slots: int = 1
     prefetch: bool = True  # queue the next task behind each running one
+    host_sockets: bool = True  # MPI: workers on the master's host use a Unix socket
     # Observability
     log_format: str = "text"  # "text" or "json"
     log_file: str | None = None

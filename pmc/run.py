@@ -61,7 +61,7 @@ def _run_mpi(opts: RunOptions, observers: list[Observer]) -> int:
     # With prefetching the next tasks already wait on the workers: a moment's delay in
     # seeing a message costs nothing, and spinning would take cpu from the tasks.
     transport = MpiTransport(sleep_on_recv=not opts.no_sleep_on_recv,
-                             spin=not opts.prefetching)
+                             spin=not opts.prefetching, host_sockets=opts.host_sockets)
     if transport.rank != 0:
         from pmc import worker
 

@@ -16,13 +16,17 @@ def diamond(tmp_path: Path) -> Path:
 
 @pytest.fixture(params=["local", "mpi2", "mpi4"])
 def launch(request: pytest.FixtureRequest):
-    """Run pmc embedded, or under mpiexec with 2 or 4 ranks: same DAG, same checks."""
+    """Run pmc embedded, or under mpiexec with 2 or 4 ranks: same DAG, same checks. With
+    2 ranks the worker talks to the master through a host socket; with 4 every message
+    goes through MPI (``--no-host-sockets``), as between hosts."""
     mode = request.param
 
     def go(args: Sequence[str], cwd: Path, **kw):
         if mode == "local":
             return pmc(["run", *args], cwd, **kw)
-        return pmc_mpi(int(mode[3:]), ["run", *args], cwd, **kw)
+        ranks = int(mode[3:])
+        extra = ["--no-host-sockets"] if ranks == 4 else []
+        return pmc_mpi(ranks, ["run", *extra, *args], cwd, **kw)
 
     go.mode = mode
     return go

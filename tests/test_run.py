@@ -6,11 +6,12 @@ import fcntl
 import os
 import re
 import subprocess
+import sys
 import sysconfig
 from pathlib import Path
 
 import pytest
-from pmctest import DIAMOND, clean_env, pmc, pmc_mpi, write_dag
+from pmctest import DIAMOND, MPIEXEC, clean_env, pmc, pmc_mpi, write_dag
 
 CLUSTER_TASK = re.compile(
     r'^\[cluster-task name=(\w+), start="[0-9T:.+-]+", duration=\d+\.\d{3}, status=(-?\d+), '
@@ -302,3 +303,41 @@ def test_mpi_run_that_cannot_start_ends_every_rank(tmp_path: Path) -> None:
     bad = write_dag(tmp_path / "bad.dag", "TASK A\n")
     r = pmc_mpi(3, ["run", bad.name], tmp_path, timeout=60)
     assert r.returncode != 0 and "bad.dag:1" in r.stderr
+
+
+def test_mpi_workers_on_the_masters_host_talk_through_sockets(tmp_path: Path) -> None:
+    dag = write_dag(tmp_path / "d.dag", DIAMOND)
+    r = pmc_mpi(3, ["run", "-v", dag.name], tmp_path)
+    assert r.returncode == 0, r.stderr
+    for rank in (1, 2):
+        assert f"Worker {rank} is on the master's host: messages through a Unix socket" \
+            in r.stderr
+    r = pmc_mpi(3, ["run", "-v", "-s", "--no-host-sockets", dag.name], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "Unix socket" not in r.stderr
+    assert SUMMARY.search(r.stdout) is not None
+
+
+def test_mpi_workers_on_another_host_keep_to_mpi(tmp_path: Path) -> None:
+    # Rank 2 runs under another host name (its own UTS namespace): it must answer the
+    # master's offer with "no" and talk through MPI, while rank 1 uses the socket.
+    if MPIEXEC is None:
+        pytest.skip("mpiexec not installed (pip install '.[mpi]')")
+    probe = subprocess.run(["unshare", "--uts", "true"], capture_output=True, check=False)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot make a UTS namespace here: {probe.stderr.decode().strip()}")
+    text = "".join(f"TASK t{i} /bin/sleep 0.02\n" for i in range(40))
+    dag = write_dag(tmp_path / "m.dag", text)
+    run = [sys.executable, "-m", "pmc", "run", "-v", "--host-cpus", "1", dag.name]
+    cmd = [MPIEXEC, "-n", "2", *run, ":", "-n", "1", "unshare", "--uts", "sh", "-c",
+           'hostname elsewhere && exec "$0" "$@"', *run]
+    r = subprocess.run(cmd, cwd=tmp_path, env=clean_env(), capture_output=True, text=True,
+                       timeout=180, check=False)
+    assert r.returncode == 0, r.stderr
+    assert "Worker 1 is on the master's host" in r.stderr
+    assert "Worker 2 is on" not in r.stderr
+    hosts = {(int(m.group(4)), h) for m in CLUSTER_TASK.finditer(r.stdout)
+             for h in re.findall(r'hostname="([^"]+)"', m.group(0))}
+    assert {slot for slot, _ in hosts} == {1, 2}, hosts  # both ran tasks
+    assert (2, "elsewhere") in hosts and all(h != "elsewhere" for s, h in hosts if s == 1)
+    assert len(CLUSTER_TASK.findall(r.stdout)) == 40

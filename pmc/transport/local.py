@@ -2,55 +2,23 @@
 
 Used when ``pmc run`` was not started by an MPI launcher. The master starts a Python
 running ``pmc.worker`` for ranks 1..N (see ``pmc.pychild``) with one end of a
-socketpair; messages are length-prefixed pickles. Waiting is a ``select`` on the
-sockets: no polling, no spinning. A worker whose socket closes is reported by ``lost()``.
+socketpair; messages are length-prefixed pickles (``pmc.transport.stream``). Waiting is
+a ``select`` on the sockets: no polling, no spinning. A worker whose socket closes is
+reported by ``lost()``.
 """
 
 from __future__ import annotations
 
-import pickle
 import selectors
 import signal
 import socket
-import struct
 import subprocess
 import time
 
 from pmc.protocol import Message
 from pmc.pychild import python_command
 from pmc.transport import TransportError
-
-_HEADER = struct.Struct("!I")
-# Reads go into one preallocated buffer: recv(n) allocates n bytes each call, and for
-# 1 MiB that costs ~30 µs a message, more than the rest of receiving it.
-_RECV = 1 << 20
-
-
-class _Conn:
-    __slots__ = ("buf", "rank", "sock")
-
-    def __init__(self, rank: int, sock: socket.socket) -> None:
-        self.rank = rank
-        self.sock = sock
-        self.buf = bytearray()
-
-
-def _frame(msg: Message) -> bytes:
-    data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
-    return _HEADER.pack(len(data)) + data
-
-
-def _unframe(buf: bytearray, out: list[Message]) -> None:
-    pos = 0
-    size = len(buf)
-    while size - pos >= 4:
-        (n,) = _HEADER.unpack_from(buf, pos)
-        if size - pos - 4 < n:
-            break
-        out.append(pickle.loads(buf[pos + 4 : pos + 4 + n]))  # noqa: S301 - our own peer
-        pos += 4 + n
-    if pos:
-        del buf[:pos]
+from pmc.transport.stream import RECV, Conn, frame
 
 
 class LocalMaster:
@@ -61,10 +29,10 @@ class LocalMaster:
     def __init__(self, workers: int, env: dict[str, str] | None = None) -> None:
         self.size = workers + 1
         self.sel = selectors.DefaultSelector()
-        self.conns: dict[int, _Conn] = {}
+        self.conns: dict[int, Conn] = {}
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self._lost: list[int] = []
-        self._rview = memoryview(bytearray(_RECV))
+        self._rview = memoryview(bytearray(RECV))
         for rank in range(1, workers + 1):
             mine, theirs = socket.socketpair()
             proc = subprocess.Popen(
@@ -77,7 +45,7 @@ class LocalMaster:
                 start_new_session=True,
             )
             theirs.close()
-            conn = _Conn(rank, mine)
+            conn = Conn(rank, mine)
             self.conns[rank] = conn
             self.procs[rank] = proc
             self.sel.register(mine, selectors.EVENT_READ, conn)
@@ -87,7 +55,7 @@ class LocalMaster:
         if conn is None:
             raise TransportError(f"worker {dest} is gone")
         try:
-            conn.sock.sendall(_frame(msg))
+            conn.sock.sendall(frame(msg))
         except OSError as e:
             self._drop(conn)
             raise TransportError(f"worker {dest} is gone: {e}") from e
@@ -99,17 +67,10 @@ class LocalMaster:
                 time.sleep(timeout)
             return out
         for key, _ in self.sel.select(timeout):
-            conn: _Conn = key.data
-            try:
-                n = conn.sock.recv_into(self._rview)
-            except OSError:
-                n = 0
-            if not n:
-                self._drop(conn)
-                continue
-            conn.buf += self._rview[:n]
+            conn: Conn = key.data
             msgs: list[Message] = []
-            _unframe(conn.buf, msgs)
+            if not conn.receive(self._rview, msgs):
+                self._drop(conn)
             out.extend((conn.rank, m) for m in msgs)
         return out
 
@@ -120,7 +81,7 @@ class LocalMaster:
         lost, self._lost = self._lost, []
         return lost
 
-    def _drop(self, conn: _Conn) -> None:
+    def _drop(self, conn: Conn) -> None:
         if conn.rank in self.conns:
             del self.conns[conn.rank]
             self.sel.unregister(conn.sock)
@@ -153,15 +114,15 @@ class LocalWorker:
     def __init__(self, fd: int, rank: int, size: int) -> None:
         self.rank = rank
         self.size = size
-        self.sock = socket.socket(fileno=fd)
+        self.conn = Conn(0, socket.socket(fileno=fd))
+        self.sock = self.conn.sock
         self.sock.set_inheritable(False)
-        self.buf = bytearray()
         self.pending: list[Message] = []
-        self._rview = memoryview(bytearray(_RECV))
+        self._rview = memoryview(bytearray(RECV))
 
     def send(self, dest: int, msg: Message) -> None:
         try:
-            self.sock.sendall(_frame(msg))
+            self.sock.sendall(frame(msg))
         except OSError as e:
             raise TransportError(f"master is gone: {e}") from e
 
@@ -180,16 +141,8 @@ class LocalWorker:
         return out
 
     def _read(self) -> None:
-        try:
-            n = self.sock.recv_into(self._rview, 0, socket.MSG_DONTWAIT)
-        except BlockingIOError:
-            return
-        except OSError as e:  # e.g. reset: the master was killed
-            raise TransportError(f"master is gone: {e}") from e
-        if not n:
-            raise TransportError("master is gone")
-        self.buf += self._rview[:n]
-        _unframe(self.buf, self.pending)
+        if not self.conn.receive(self._rview, self.pending, socket.MSG_DONTWAIT):
+            raise TransportError("master is gone")  # closed or reset: it was killed
 
     def fileno(self) -> int | None:
         return self.sock.fileno()

@@ -10,21 +10,41 @@ reset by every message, the cap growing to 50 ms after a second with no message 
 While messages flow (a result every few milliseconds) a wait ends at most ~1 ms after
 its message arrived; a quiet second later it costs 20 look-ups a second.
 ``--no-sleep-on-recv`` trades that for a blocking receive.
+
+Host sockets: workers on the master's host talk to it through a Unix socket instead,
+as embedded workers do, and the master and they wait on it without polling: no latency,
+no look-ups, and with every worker on one host no MPI call after start-up. The master's
+first message to every worker, through MPI with its own tag (``_CONTROL``), offers an
+abstract socket (a random name, and a random token that only travels over MPI), or
+nothing under ``--no-host-sockets`` / ``--no-sleep-on-recv``. A worker whose host name
+is the master's connects and introduces itself with its rank and the token; any other
+answers "no" through MPI. The master sends a worker nothing more until it has its
+answer, so each worker's messages take one way only and cannot overtake each other.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
+import selectors
+import socket
+import struct
 import time
 
 from mpi4py import MPI
 
+from pmc import log
 from pmc.protocol import Message
 from pmc.transport import TransportError, look_interval
+from pmc.transport.local import LocalWorker
+from pmc.transport.stream import RECV, Conn, frame
 
 _SPIN = 0.0002
 _FIRST = 0.0001
 _IDLE_AFTER = 1.0  # no spinning after this long without a message
+_CONTROL = 1  # MPI tag of the transport's own messages; the protocol's use 0
+_INTRO = struct.Struct("!I16s")  # a worker's first bytes on its socket: rank, token
+_DECIDE_WITHIN = 600.0  # seconds a send waits for a worker's answer to the offer
 
 
 def launched_size() -> int:
@@ -32,7 +52,8 @@ def launched_size() -> int:
 
 
 class MpiTransport:
-    def __init__(self, sleep_on_recv: bool = True, spin: bool = True) -> None:
+    def __init__(self, sleep_on_recv: bool = True, spin: bool = True,
+                 host_sockets: bool = True) -> None:
         self.comm = MPI.COMM_WORLD
         self.spin = _SPIN if spin else 0.0
         self.rank = int(self.comm.Get_rank())
@@ -40,8 +61,151 @@ class MpiTransport:
         self.sleep_on_recv = sleep_on_recv
         self._last_message = time.monotonic()
         self._status = MPI.Status()
+        # Master: ranks that talk through MPI (all, until they answer the offer), ranks
+        # yet to answer, their sockets, connections not yet introduced, messages that
+        # came while a send waited for an answer.
+        self._mpi_ranks = set(range(1, self.size)) if self.rank == 0 else {0}
+        self._undecided: set[int] = set()
+        self.conns: dict[int, Conn] = {}
+        self._strangers: dict[socket.socket, bytearray] = {}
+        self._inbox: list[tuple[int, Message]] = []
+        self._lost: list[int] = []
+        self._listener: socket.socket | None = None
+        self._token = b""
+        self.sel: selectors.BaseSelector | None = None
+        self._view = memoryview(bytearray(RECV)) if self.rank == 0 else memoryview(b"")
+        # Worker: whether the master's offer came yet; the socket once connected.
+        self._offered = self.rank == 0
+        self._direct: LocalWorker | None = None
+        if self.rank == 0:
+            offer = self._listen() if host_sockets and sleep_on_recv else None
+            for rank in range(1, self.size):
+                self.comm.send(offer, dest=rank, tag=_CONTROL)
+
+    # -- host sockets ----------------------------------------------------------------
+
+    def _listen(self) -> tuple[str, str, bytes] | None:
+        """Rank 0: an abstract socket to offer, or None where there is none."""
+        name = f"\0pmc-{os.getpid()}-{secrets.token_hex(8)}"
+        try:
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            listener.bind(name)
+            listener.listen(min(self.size, 4096))
+            listener.setblocking(False)
+        except OSError:
+            return None
+        self._listener = listener
+        self._token = secrets.token_bytes(16)
+        self._undecided = set(range(1, self.size))
+        self.sel = selectors.DefaultSelector()
+        self.sel.register(listener, selectors.EVENT_READ, None)
+        return (socket.gethostname(), name, self._token)
+
+    def _answer(self, offer: tuple[str, str, bytes] | None) -> None:
+        """A worker: connect if the master is on this host, else say no."""
+        self._offered = True
+        if offer is None:
+            return
+        host, name, token = offer
+        if host == socket.gethostname():
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(name)
+                sock.sendall(_INTRO.pack(self.rank, token))
+            except OSError:
+                sock.close()
+            else:
+                self._direct = LocalWorker(sock.detach(), self.rank, self.size)
+                return
+        self.comm.send(None, dest=0, tag=_CONTROL)
+
+    def _decided(self, rank: int) -> None:
+        self._undecided.discard(rank)
+        if not self._undecided and self._listener is not None:  # all answered
+            assert self.sel is not None
+            self.sel.unregister(self._listener)
+            self._listener.close()
+            self._listener = None
+
+    def _introduce(self, sock: socket.socket) -> None:
+        """Rank 0: read a new connection's introduction; take its rank to the socket."""
+        buf = self._strangers[sock]
+        try:
+            data = sock.recv(_INTRO.size - len(buf))
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        buf += data
+        if data and len(buf) < _INTRO.size:
+            return
+        del self._strangers[sock]
+        assert self.sel is not None
+        self.sel.unregister(sock)
+        rank, token = _INTRO.unpack(buf) if len(buf) == _INTRO.size else (0, b"")
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        uid = struct.unpack("3i", creds)[1]
+        if (not secrets.compare_digest(token, self._token) or rank not in self._undecided
+                or uid != os.getuid()):
+            sock.close()
+            return
+        sock.setblocking(True)
+        conn = Conn(rank, sock)
+        self.conns[rank] = conn
+        self.sel.register(sock, selectors.EVENT_READ, conn)
+        self._mpi_ranks.discard(rank)
+        self._decided(rank)
+        log.debug(f"Worker {rank} is on the master's host: messages through a Unix socket")
+
+    def _wait_sockets(self, timeout: float | None, out: list[tuple[int, Message]]) -> None:
+        """Rank 0: wait up to ``timeout`` for the sockets; read what came."""
+        assert self.sel is not None
+        for key, _ in self.sel.select(timeout):
+            conn = key.data
+            if conn is None:  # the listener
+                try:
+                    sock, _addr = key.fileobj.accept()  # type: ignore[union-attr]
+                except OSError:
+                    continue
+                sock.setblocking(False)
+                self._strangers[sock] = bytearray()
+                self.sel.register(sock, selectors.EVENT_READ, sock)
+            elif isinstance(conn, socket.socket):
+                self._introduce(conn)
+            else:
+                msgs: list[Message] = []
+                if not conn.receive(self._view, msgs):
+                    self._drop(conn)
+                out.extend((conn.rank, m) for m in msgs)
+
+    def _drop(self, conn: Conn) -> None:
+        if self.conns.pop(conn.rank, None) is not None:
+            assert self.sel is not None
+            self.sel.unregister(conn.sock)
+            conn.sock.close()
+            self._lost.append(conn.rank)
+
+    # -- the transport ---------------------------------------------------------------
 
     def send(self, dest: int, msg: Message) -> None:
+        if self._direct is not None:
+            self._direct.send(dest, msg)
+            return
+        if dest in self._undecided:
+            # Not before the worker has said which way it talks: a message through MPI
+            # could arrive after one through the socket.
+            deadline = time.monotonic() + _DECIDE_WITHIN
+            while dest in self._undecided and time.monotonic() < deadline:
+                self._inbox.extend(self._wait(0.001))
+            self._undecided.discard(dest)  # no answer: MPI, as before the offer
+        conn = self.conns.get(dest)
+        if conn is not None:
+            try:
+                conn.sock.sendall(frame(msg))
+            except OSError as e:
+                self._drop(conn)
+                raise TransportError(f"cannot send to rank {dest}: {e}") from e
+            return
         try:
             self.comm.send(msg, dest=dest, tag=0)
         except MPI.Exception as e:
@@ -53,19 +217,55 @@ class MpiTransport:
             handle = self.comm.improbe(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, status=status)
             if handle is None:
                 return
-            out.append((int(status.Get_source()), handle.recv()))
+            msg = handle.recv()
+            source = int(status.Get_source())
+            if status.Get_tag() != _CONTROL:
+                out.append((source, msg))
+            elif self.rank == 0:
+                self._decided(source)  # a worker that stays with MPI
+            else:
+                self._answer(msg)
+                if self._direct is not None:
+                    return  # the master sends nothing more through MPI
+
+    def _wait(self, timeout: float) -> list[tuple[int, Message]]:
+        """Wait for the sockets up to ``timeout`` (or nap, without any), then look at
+        MPI."""
+        out: list[tuple[int, Message]] = []
+        if self.sel is not None:
+            self._wait_sockets(timeout, out)
+        elif timeout > 0:
+            time.sleep(timeout)
+        if self._mpi_ranks or not self._offered:
+            self._drain(out)
+        return out
 
     def poll(self, timeout: float | None) -> list[tuple[int, Message]]:
-        out: list[tuple[int, Message]] = []
-        self._drain(out)
+        if self._direct is not None:
+            return self._direct.poll(timeout)
+        out, self._inbox = self._inbox, []
+        out += self._wait(0)
         if out or timeout == 0:
             if out:
                 self._last_message = time.monotonic()
             return out
+        if self._direct is not None:  # connected just now
+            return self._direct.poll(timeout)
+        if self.rank == 0 and not self._mpi_ranks:
+            # Sockets only: wait on them like the embedded transport.
+            self._wait_sockets(timeout, out)
+            return out
         if timeout is None and not self.sleep_on_recv:
             status = self._status
-            msg = self.comm.recv(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, status=status)
-            out.append((int(status.Get_source()), msg))
+            while not out:
+                msg = self.comm.recv(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, status=status)
+                if status.Get_tag() == _CONTROL:
+                    if self.rank == 0:
+                        self._decided(int(status.Get_source()))
+                    else:
+                        self._offered = True  # no offer without sleep_on_recv
+                else:
+                    out.append((int(status.Get_source()), msg))
             self._drain(out)
             self._last_message = time.monotonic()
             return out
@@ -80,26 +280,48 @@ class MpiTransport:
             cap = look_interval(now - self._last_message)
             if now < spin_until:
                 os.sched_yield()
+                out = self._wait(0)
             elif self.sleep_on_recv:
                 nap = delay if deadline is None else min(delay, max(0.0, deadline - now))
-                time.sleep(nap)
+                out = self._wait(nap)
                 delay = min(delay * 2, cap)
-            self._drain(out)
+            else:
+                out = self._wait(0)
             now = time.monotonic()
             if out:
                 self._last_message = now
                 return out
-            if deadline is not None and now >= deadline:
+            left = None if deadline is None else max(0.0, deadline - now)
+            if self._direct is not None or (self.rank == 0 and not self._mpi_ranks):
+                # Connected, or every worker is, just now: wait rather than look.
+                return self.poll(left)
+            if left == 0:
                 return out
 
     def fileno(self) -> int | None:
-        return None
+        """A worker's socket once connected to the master, else None: MPI can only be
+        polled. The master's end is only polled."""
+        return self._direct.fileno() if self._direct is not None else None
 
     def lost(self) -> list[int]:
-        return []
+        lost, self._lost = self._lost, []
+        return lost
 
     def close(self) -> None:
-        pass
+        if self._direct is not None:
+            self._direct.close()
+        for conn in self.conns.values():
+            conn.sock.close()
+        self.conns.clear()
+        for sock in self._strangers:
+            sock.close()
+        self._strangers.clear()
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        if self.sel is not None:
+            self.sel.close()
+            self.sel = None
 
     def abort(self, code: int) -> None:
         self.comm.Abort(code)
