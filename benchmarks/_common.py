@@ -151,7 +151,9 @@ def run_pmc(dag: Path, mode: str, workers: int, extra: Sequence[str] = (),
     args = ["run", str(dag), "-q", "-s", "-o", os.devnull, *extra]
     if slots != 1:
         args += ["--worker-slots", str(slots)]
-    if mode == "mpi":
+    if mode in ("mpi", "mpi-nosock"):
+        if mode == "mpi-nosock":  # every message through MPI, as between hosts
+            args.append("--no-host-sockets")
         cmd = [mpiexec(), "-n", str(workers + 1), PYTHON, "-m", "pmc", *args, "--mpi"]
     else:
         cmd = [PYTHON, "-m", "pmc", *args, "--local", "--workers", str(workers)]

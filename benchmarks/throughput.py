@@ -1,7 +1,8 @@
 """Throughput: pmc against the spawn floor, same concurrency, same machine, same run.
 
     python benchmarks/throughput.py                 # 20,000 /bin/true + the NCSA DAG,
-                                                    # embedded and MPI, 3 rounds
+                                                    # embedded and MPI (host sockets,
+                                                    # and all through MPI), 3 rounds
     python benchmarks/throughput.py --tasks 2000 --rounds 1 --modes local
 
 Each round runs the floor (a tight posix_spawn + wait loop, in C when a compiler is
@@ -42,7 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tasks", type=int, default=20000, help="independent tasks")
     p.add_argument("--slots", type=int, default=2, help="concurrent task slots (workers)")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--modes", default="local,mpi", help="local and/or mpi")
+    p.add_argument("--modes", default="local,mpi,mpi-nosock",
+                   help="local, mpi (the workers share the master's host: host sockets), "
+                   "mpi-nosock (every message through MPI, as between hosts)")
     p.add_argument("--shapes", default="independent,layered")
     p.add_argument("--no-observability", action="store_true",
                    help="skip the JSON log + metrics comparison")
@@ -73,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         for mode in modes:
             cases.append((f"{shape}/{mode}", shape, mode, []))
     if args.with_no_prefetch and "independent" in dags:
-        for mode in modes:
+        for mode in (m for m in modes if m != "mpi-nosock"):
             cases.append((f"independent/{mode}+no-prefetch", "independent", mode,
                           ["--no-prefetch"]))
     if not args.no_observability and "local" in modes and dags:

@@ -25,11 +25,12 @@ class Transport(Protocol):
 
     def fileno(self) -> int | None:
         """A descriptor that becomes readable when a message may be waiting, or None if
-        the transport can only be polled (MPI)."""
+        the transport can only be polled (MPI, but for a worker on the master's host)."""
         ...
 
     def lost(self) -> list[int]:
-        """Ranks whose connection broke since the last call (local transport only)."""
+        """Ranks whose socket broke since the last call (embedded workers, and MPI
+        workers on the master's host)."""
         ...
 
     def close(self) -> None: ...

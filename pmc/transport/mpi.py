@@ -18,8 +18,9 @@ first message to every worker, through MPI with its own tag (``_CONTROL``), offe
 abstract socket (a random name, and a random token that only travels over MPI), or
 nothing under ``--no-host-sockets`` / ``--no-sleep-on-recv``. A worker whose host name
 is the master's connects and introduces itself with its rank and the token; any other
-answers "no" through MPI. The master sends a worker nothing more until it has its
-answer, so each worker's messages take one way only and cannot overtake each other.
+answers "no" through MPI. What the master sends a worker before its answer waits, and
+goes the way the answer says: each worker's messages take one way only and cannot
+overtake each other.
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ _FIRST = 0.0001
 _IDLE_AFTER = 1.0  # no spinning after this long without a message
 _CONTROL = 1  # MPI tag of the transport's own messages; the protocol's use 0
 _INTRO = struct.Struct("!I16s")  # a worker's first bytes on its socket: rank, token
-_DECIDE_WITHIN = 600.0  # seconds a send waits for a worker's answer to the offer
 
 
 def launched_size() -> int:
@@ -62,13 +62,13 @@ class MpiTransport:
         self._last_message = time.monotonic()
         self._status = MPI.Status()
         # Master: ranks that talk through MPI (all, until they answer the offer), ranks
-        # yet to answer, their sockets, connections not yet introduced, messages that
-        # came while a send waited for an answer.
+        # yet to answer and what waits for their answer, the sockets, connections not
+        # yet introduced.
         self._mpi_ranks = set(range(1, self.size)) if self.rank == 0 else {0}
         self._undecided: set[int] = set()
+        self._waiting: dict[int, list[Message]] = {}
         self.conns: dict[int, Conn] = {}
         self._strangers: dict[socket.socket, bytearray] = {}
-        self._inbox: list[tuple[int, Message]] = []
         self._lost: list[int] = []
         self._listener: socket.socket | None = None
         self._token = b""
@@ -120,12 +120,18 @@ class MpiTransport:
         self.comm.send(None, dest=0, tag=_CONTROL)
 
     def _decided(self, rank: int) -> None:
+        """Rank 0: ``rank`` answered the offer; send what waited for that."""
         self._undecided.discard(rank)
         if not self._undecided and self._listener is not None:  # all answered
             assert self.sel is not None
             self.sel.unregister(self._listener)
             self._listener.close()
             self._listener = None
+        for msg in self._waiting.pop(rank, ()):
+            try:
+                self.send(rank, msg)
+            except TransportError:
+                break  # its socket broke: lost() says so
 
     def _introduce(self, sock: socket.socket) -> None:
         """Rank 0: read a new connection's introduction; take its rank to the socket."""
@@ -154,8 +160,8 @@ class MpiTransport:
         self.conns[rank] = conn
         self.sel.register(sock, selectors.EVENT_READ, conn)
         self._mpi_ranks.discard(rank)
-        self._decided(rank)
         log.debug(f"Worker {rank} is on the master's host: messages through a Unix socket")
+        self._decided(rank)
 
     def _wait_sockets(self, timeout: float | None, out: list[tuple[int, Message]]) -> None:
         """Rank 0: wait up to ``timeout`` for the sockets; read what came."""
@@ -194,10 +200,8 @@ class MpiTransport:
         if dest in self._undecided:
             # Not before the worker has said which way it talks: a message through MPI
             # could arrive after one through the socket.
-            deadline = time.monotonic() + _DECIDE_WITHIN
-            while dest in self._undecided and time.monotonic() < deadline:
-                self._inbox.extend(self._wait(0.001))
-            self._undecided.discard(dest)  # no answer: MPI, as before the offer
+            self._waiting.setdefault(dest, []).append(msg)
+            return
         conn = self.conns.get(dest)
         if conn is not None:
             try:
@@ -243,8 +247,7 @@ class MpiTransport:
     def poll(self, timeout: float | None) -> list[tuple[int, Message]]:
         if self._direct is not None:
             return self._direct.poll(timeout)
-        out, self._inbox = self._inbox, []
-        out += self._wait(0)
+        out = self._wait(0)
         if out or timeout == 0:
             if out:
                 self._last_message = time.monotonic()
