@@ -130,6 +130,9 @@ def resolve(path: str, size: int, chunk: int, out: IO[bytes]) -> None:
                                 setdefault(parts[1], ntasks)
                             ntasks += 1
                 continue
+            # The parser's EDGE branch (pmc.dag._parse), inlined rather than shared: a
+            # call per edge would cost ~0.1 s at a million edges. Its messages are not
+            # needed: any error makes the parser parse again alone.
             for lineno, line in enumerate(lines, before + 1):
                 parts = line.split(None, 2)
                 if not parts:

@@ -221,16 +221,20 @@ class MpiTransport:
             handle = self.comm.improbe(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, status=status)
             if handle is None:
                 return
-            msg = handle.recv()
-            source = int(status.Get_source())
-            if status.Get_tag() != _CONTROL:
-                out.append((source, msg))
-            elif self.rank == 0:
-                self._decided(source)  # a worker that stays with MPI
-            else:
-                self._answer(msg)
-                if self._direct is not None:
-                    return  # the master sends nothing more through MPI
+            self._take(handle.recv(), out)
+            if self._direct is not None:
+                return  # the master sends nothing more through MPI
+
+    def _take(self, msg: Message, out: list[tuple[int, Message]]) -> None:
+        """A message just received through MPI (``self._status`` says from whom): the
+        protocol's go to ``out``, the transport's own are acted on."""
+        source = int(self._status.Get_source())
+        if self._status.Get_tag() != _CONTROL:
+            out.append((source, msg))
+        elif self.rank == 0:
+            self._decided(source)  # a worker that stays with MPI
+        else:
+            self._answer(msg)
 
     def _wait(self, timeout: float) -> list[tuple[int, Message]]:
         """Wait for the sockets up to ``timeout`` (or nap, without any), then look at
@@ -261,14 +265,8 @@ class MpiTransport:
         if timeout is None and not self.sleep_on_recv:
             status = self._status
             while not out:
-                msg = self.comm.recv(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, status=status)
-                if status.Get_tag() == _CONTROL:
-                    if self.rank == 0:
-                        self._decided(int(status.Get_source()))
-                    else:
-                        self._offered = True  # no offer without sleep_on_recv
-                else:
-                    out.append((int(status.Get_source()), msg))
+                self._take(self.comm.recv(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG,
+                                          status=status), out)
             self._drain(out)
             self._last_message = time.monotonic()
             return out
