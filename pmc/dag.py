@@ -411,13 +411,13 @@ def _parse(path: str, f: BinaryIO, helper: EdgeHelper | None = None) -> DAG:
     nlines = 0
     for offset, before, data, lines in _blocks(path, f, _CHUNK):
         nlines = before + len(lines)
-        quoting = b"'" in data or b'"' in data or b"\\" in data
         if helper is not None:
             if split < 0 and b"EDGE" in data:
                 split = helper.split_offset(offset)
             theirs = 0 <= split <= offset
             if theirs and data.startswith(b"EDGE ") + data.count(b"\nEDGE ") == len(lines):
                 continue  # nothing but the helper's EDGE lines
+        quoting = b"'" in data or b'"' in data or b"\\" in data
         for lineno, line in enumerate(lines, before + 1):
             # At most three fields: the rest of a TASK line is its command, kept as
             # written; the rest of an EDGE line must be exactly one name.
