@@ -151,10 +151,14 @@ def run_pmc(dag: Path, mode: str, workers: int, extra: Sequence[str] = (),
     args = ["run", str(dag), "-q", "-s", "-o", os.devnull, *extra]
     if slots != 1:
         args += ["--worker-slots", str(slots)]
-    if mode in ("mpi", "mpi-nosock"):
+    if mode in ("mpi", "mpi-nosock", "mpi-bound"):
+        launch = [mpiexec(), "-n", str(workers + 1)]
         if mode == "mpi-nosock":  # every message through MPI, as between hosts
             args.append("--no-host-sockets")
-        cmd = [mpiexec(), "-n", str(workers + 1), PYTHON, "-m", "pmc", *args, "--mpi"]
+        if mode == "mpi-bound":
+            launch[1:1] = ["-bind-to", hydra_binding(workers)]
+            args.append("--keep-affinity")
+        cmd = [*launch, PYTHON, "-m", "pmc", *args, "--mpi"]
     else:
         cmd = [PYTHON, "-m", "pmc", *args, "--local", "--workers", str(workers)]
     t0 = time.monotonic()
@@ -176,6 +180,26 @@ def mpiexec() -> str:
     if found is None:
         raise RuntimeError("no mpiexec on PATH")
     return found
+
+
+def hydra_binding(workers: int) -> str:
+    """MPICH hydra's ``-bind-to`` list for rank 0 on every cpu and worker k on cpu k-1
+    (round robin): each worker and the tasks it starts stay on one cpu, the master goes
+    where there is room.
+
+    Why a benchmark case binds at all: a Linux kernel with autogroup (CONFIG_SCHED_AUTOGROUP,
+    kernel.sched_autogroup_enabled=1) makes every session a scheduling group, and mpiexec
+    starts each rank in a session of its own. Unbound, the groups' load balancing leaves
+    a cpu idle now and then while work waits (RESULTS.md); embedded mode is one session.
+    """
+    version = subprocess.run([mpiexec(), "--version"], capture_output=True, text=True,
+                             check=False).stdout
+    if "HYDRA" not in version:
+        raise RuntimeError(f"mpi-bound binds with the -bind-to of MPICH's mpiexec (hydra); "
+                           f"{mpiexec()} is another")
+    cpus = sorted(os.sched_getaffinity(0))
+    return "user:" + ",".join(["+".join(map(str, cpus)),
+                               *(str(cpus[k % len(cpus)]) for k in range(workers))])
 
 
 # -- the spawn floor -------------------------------------------------------------------------
@@ -291,8 +315,13 @@ def machine() -> str:
                     break
     except OSError:
         pass
+    try:  # changes how MPI ranks share the cpus (see hydra_binding)
+        with open("/proc/sys/kernel/sched_autogroup_enabled") as f:
+            autogroup = "on" if f.read().strip() == "1" else "off"
+    except OSError:
+        autogroup = "n/a"
     return (f"nproc={os.cpu_count()}, cpu={model}, kernel={platform.release()}, "
-            f"python={platform.python_version()}")
+            f"autogroup={autogroup}, python={platform.python_version()}")
 
 
 def median(values: Sequence[float]) -> float:

@@ -2,7 +2,8 @@
 
     python benchmarks/throughput.py                 # 20,000 /bin/true + the NCSA DAG,
                                                     # embedded and MPI (host sockets,
-                                                    # and all through MPI), 3 rounds
+                                                    # bound to cpus, all through MPI),
+                                                    # 3 rounds
     python benchmarks/throughput.py --tasks 2000 --rounds 1 --modes local
 
 Each round runs the floor (a tight posix_spawn + wait loop, in C when a compiler is
@@ -11,7 +12,8 @@ floors around it: figures taken moments apart on a machine whose speed drifts. p
 rate is tasks / the run's own duration (the ``[cluster-summary]`` record: from start-up
 of the workers to the last result); the end-to-end rate, interpreter start to exit, is
 printed too. The observability case adds ``--log-format json --log-file F
---metrics-port 0`` to the embedded run, and runs right after it; ``--with-no-prefetch``
+--metrics-port 0`` to the embedded run, and runs beside it (after it, before it in even
+rounds); its cost is the median over the rounds of the pair's ratio. ``--with-no-prefetch``
 adds runs with PMC's one-task-per-free-slot dispatch.
 
 Beside the rates, the cpu per task of every process of a run (floor: the loop and its
@@ -43,9 +45,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tasks", type=int, default=20000, help="independent tasks")
     p.add_argument("--slots", type=int, default=2, help="concurrent task slots (workers)")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--modes", default="local,mpi,mpi-nosock",
+    p.add_argument("--modes", default="local,mpi,mpi-bound,mpi-nosock",
                    help="local, mpi (the workers share the master's host: host sockets), "
-                   "mpi-nosock (every message through MPI, as between hosts)")
+                   "mpi-bound (the same, each worker and its tasks bound to one cpu by "
+                   "MPICH's mpiexec, with --keep-affinity), mpi-nosock (every message "
+                   "through MPI, as between hosts)")
     p.add_argument("--shapes", default="independent,layered")
     p.add_argument("--no-observability", action="store_true",
                    help="skip the JSON log + metrics comparison")
@@ -76,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         for mode in modes:
             cases.append((f"{shape}/{mode}", shape, mode, []))
     if args.with_no_prefetch and "independent" in dags:
-        for mode in (m for m in modes if m != "mpi-nosock"):
+        for mode in (m for m in modes if m in ("local", "mpi")):
             cases.append((f"independent/{mode}+no-prefetch", "independent", mode,
                           ["--no-prefetch"]))
     if not args.no_observability and "local" in modes and dags:
@@ -105,11 +109,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"round {rnd}: floor {f_rate:8.0f} tasks/s  cpu {floor_cpus[-1]:5.0f} µs/task")
         return f_rate
 
+    obs = next((label for label, *_ in cases if "json" in label), None)
     for rnd in range(1, args.rounds + 1):
         f_before = run_floor()
-        for label, shape, mode, extra in cases:
+        order = list(cases)
+        if obs and rnd % 2 == 0:
+            # The observability pair runs the other way round every other round, so that
+            # whatever favours the second of two runs cancels out.
+            i = next(i for i, case in enumerate(order) if case[0] == obs)
+            order[i - 1], order[i] = order[i], order[i - 1]
+        for label, shape, mode, extra in order:
             path, n = dags[shape]
-            r: PmcRun = run_pmc(path, mode, args.slots, extra)
+            try:
+                r: PmcRun = run_pmc(path, mode, args.slots, extra)
+            except RuntimeError as e:
+                print(f"  {label}: {e}", file=sys.stderr)
+                return 1
             if r.tasks != n or not r.ok:
                 print(f"  {label}: ran {r.tasks} of {n} tasks", file=sys.stderr)
                 return 1
@@ -131,13 +146,13 @@ def main(argv: list[str] | None = None) -> int:
     for label in ratios:
         print(f"{label:34s} {median(rates[label]):10.0f}/s {median(ratios[label]):13.2f} "
               f"{max(ratios[label]):11.2f} {median(cpus[label]):12.0f}")
-    base = "independent/local"
-    obs = next((label for label in ratios if "json" in label), None)
     obs_note = ""
-    if obs and base in ratios:
-        # By the ratios to the floors around each run, not the rates: the machine's
-        # speed drifts by more than this cost from one minute to the next.
-        cost = 1 - median(ratios[obs]) / median(ratios[base])
+    if obs:
+        # Per round, the observability run against the plain run beside it, each by its
+        # ratio to the floors around it (not raw rates: the machine's speed drifts by
+        # more than this cost from one minute to the next); the median of the rounds.
+        base = obs.removesuffix("+json+metrics")
+        cost = 1 - median([o / b for o, b in zip(ratios[obs], ratios[base], strict=True)])
         obs_note = f"; observability cost {cost * 100:.1f}%"
     summary = ", ".join(f"{label} {median(ratios[label]):.2f}" for label in ratios
                         if "json" not in label)

@@ -46,12 +46,13 @@ def pmc(args: Sequence[str], cwd: Path, *, timeout: float = 120, env: dict[str, 
 
 
 def pmc_mpi(n: int, args: Sequence[str], cwd: Path, *, timeout: float = 180,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """``mpiexec -n N python -m pmc ARGS`` with the pip MPI."""
+            env: dict[str, str] | None = None,
+            launch: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
+    """``mpiexec -n N [LAUNCH] python -m pmc ARGS`` with the pip MPI."""
     if MPIEXEC is None:
         pytest.skip("mpiexec not installed (pip install '.[mpi]')")
     return subprocess.run(
-        [MPIEXEC, "-n", str(n), sys.executable, "-m", "pmc", *args], cwd=cwd,
+        [MPIEXEC, "-n", str(n), *launch, sys.executable, "-m", "pmc", *args], cwd=cwd,
         env=env or clean_env(), capture_output=True, text=True, timeout=timeout,
     )
 

@@ -46,13 +46,14 @@ def test_big_dag_parses(tmp_path: Path, local: bool) -> None:
 
 
 def test_throughput_smoke(tmp_path: Path) -> None:
-    modes = "local,mpi,mpi-nosock" if shutil.which("mpiexec") else "local"
+    modes = "local,mpi,mpi-bound,mpi-nosock" if shutil.which("mpiexec") else "local"
     out = run("throughput.py", "--tasks", "40", "--rounds", "1", "--modes", modes,
               "--layers", "1,4,8,4,2,1", "--keep", str(tmp_path), tmp_path=tmp_path)
     assert "independent/local" in out and "layered/local" in out
     assert "local+json+metrics" in out and "floor" in out
     if "mpi" in modes:
         assert "independent/mpi-nosock" in out and "layered/mpi " in out
+        assert "independent/mpi-bound" in out
 
 
 def test_scale_smoke(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from pmctest import DIAMOND, clean_env, pmc, write_dag
+from pmctest import DIAMOND, clean_env, pmc, pmc_mpi, write_dag
 
 PY = sys.executable
 
@@ -262,6 +262,25 @@ def test_inherited_affinity_is_cleared_unless_kept(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cpus")
+def test_launcher_binding_kept_for_tasks(tmp_path: Path) -> None:
+    # README's recipe for kernels with autogroup: mpiexec binds rank 0 to every cpu and
+    # each worker to one; --keep-affinity passes a worker's binding on to its tasks.
+    probe = f"{PY} -c \"import os; print('rank', os.environ['PMC_RANK'], 'cpus', " \
+            "sorted(os.sched_getaffinity(0)))\""
+    dag = write_dag(tmp_path / "w.dag", "".join(f"TASK t{i} {probe}\n" for i in range(8)))
+    bind = ["-bind-to", "user:0+1,0,1"]
+    r = pmc_mpi(3, ["run", "--mpi", "--keep-affinity", dag.name], tmp_path, launch=bind)
+    assert r.returncode == 0, r.stderr
+    seen = re.findall(r"^rank (\d) cpus \[(\d)\]$", r.stdout, re.M)
+    assert len(seen) == 8, r.stdout
+    assert all(int(cpu) == int(rank) - 1 for rank, cpu in seen), seen
+    # Without --keep-affinity pmc clears the binding, as PMC does.
+    r = pmc_mpi(3, ["run", "--mpi", "-s", dag.name], tmp_path, launch=bind)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("cpus [0, 1]") == 8, r.stdout
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cpus")
 def test_set_affinity_binds_multicore_tasks(launch, tmp_path: Path) -> None:
     dag = write_dag(tmp_path / "w.dag", f"TASK two -c 2 {AFFINITY}\nTASK one {AFFINITY}\n"
                                         "EDGE two one\n")
@@ -393,8 +412,6 @@ def test_no_resource_log(tmp_path: Path) -> None:
 
 
 def test_no_sleep_on_recv_under_mpi(tmp_path: Path) -> None:
-    from pmctest import pmc_mpi
-
     dag = write_dag(tmp_path / "d.dag", DIAMOND)
     r = pmc_mpi(3, ["run", "--no-sleep-on-recv", dag.name], tmp_path)
     assert r.returncode == 0, r.stderr
