@@ -187,10 +187,10 @@ def hydra_binding(workers: int) -> str:
     (round robin): each worker and the tasks it starts stay on one cpu, the master goes
     where there is room.
 
-    Why a benchmark case binds at all: a Linux kernel with autogroup (CONFIG_SCHED_AUTOGROUP,
-    kernel.sched_autogroup_enabled=1) makes every session a scheduling group, and mpiexec
-    starts each rank in a session of its own. Unbound, the groups' load balancing leaves
-    a cpu idle now and then while work waits (RESULTS.md); embedded mode is one session.
+    Why a benchmark case binds at all: on a Linux kernel with autogroup (every session a
+    scheduling group, and every worker is a session), unbound MPI workers leave a cpu
+    idle now and then while work waits; bound, they run as fast as embedded workers
+    (RESULTS.md, "autogroup and the MPI library").
     """
     version = subprocess.run([mpiexec(), "--version"], capture_output=True, text=True,
                              check=False).stdout
