@@ -182,6 +182,7 @@ def mpiexec() -> str:
     return found
 
 
+@functools.cache
 def hydra_binding(workers: int) -> str:
     """MPICH hydra's ``-bind-to`` list for rank 0 on every cpu and worker k on cpu k-1
     (round robin): each worker and the tasks it starts stay on one cpu, the master goes
