@@ -12,8 +12,9 @@ floors around it: figures taken moments apart on a machine whose speed drifts. p
 rate is tasks / the run's own duration (the ``[cluster-summary]`` record: from start-up
 of the workers to the last result); the end-to-end rate, interpreter start to exit, is
 printed too. The observability case adds ``--log-format json --log-file F
---metrics-port 0`` to the embedded run, and runs beside it (after it, before it in even
-rounds); its cost is the median over the rounds of the pair's ratio. ``--with-no-prefetch``
+--metrics-port 0`` to the embedded run; both run twice a round, in the order plain,
+observed, observed, plain, and the cost is the median of the ratios of the observed runs
+to the plain ones beside them. ``--with-no-prefetch``
 adds runs with PMC's one-task-per-free-slot dispatch.
 
 Beside the rates, the cpu per task of every process of a run (floor: the loop and its
@@ -110,14 +111,15 @@ def main(argv: list[str] | None = None) -> int:
         return f_rate
 
     obs = next((label for label, *_ in cases if "json" in label), None)
+    order = list(cases)
+    if obs:
+        # Twice per round, plain, observed, observed, plain: each observed run has a
+        # plain one beside it, and whatever favours the first or the second of two runs
+        # cancels out.
+        i = next(i for i, case in enumerate(order) if case[0] == obs)
+        order[i + 1:i + 1] = [order[i], order[i - 1]]
     for rnd in range(1, args.rounds + 1):
         f_before = run_floor()
-        order = list(cases)
-        if obs and rnd % 2 == 0:
-            # The observability pair runs the other way round every other round, so that
-            # whatever favours the second of two runs cancels out.
-            i = next(i for i, case in enumerate(order) if case[0] == obs)
-            order[i - 1], order[i] = order[i], order[i - 1]
         for label, shape, mode, extra in order:
             path, n = dags[shape]
             try:
@@ -148,9 +150,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{max(ratios[label]):11.2f} {median(cpus[label]):12.0f}")
     obs_note = ""
     if obs:
-        # Per round, the observability run against the plain run beside it, each by its
-        # ratio to the floors around it (not raw rates: the machine's speed drifts by
-        # more than this cost from one minute to the next); the median of the rounds.
+        # Each observed run against the plain run beside it, each by its ratio to the
+        # floors around it (not raw rates: the machine's speed drifts by more than this
+        # cost from one minute to the next); the median of those pairs.
         base = obs.removesuffix("+json+metrics")
         cost = 1 - median([o / b for o, b in zip(ratios[obs], ratios[base], strict=True)])
         obs_note = f"; observability cost {cost * 100:.1f}%"
