@@ -84,6 +84,7 @@ def _run_mpi(opts: RunOptions, observers: list[Observer]) -> int:
 
         for rank in range(1, transport.size):
             transport.send(rank, (SHUTDOWN,))
+        transport.close()
     return code
 
 

@@ -305,6 +305,26 @@ def test_mpi_run_that_cannot_start_ends_every_rank(tmp_path: Path) -> None:
     assert r.returncode != 0 and "bad.dag:1" in r.stderr
 
 
+def test_mpi_run_that_cannot_start_waits_for_a_late_worker(tmp_path: Path) -> None:
+    # The master stops at once (the DAG is locked) while its worker, past MPI_Init, has
+    # not yet answered the offer of a host socket: the SHUTDOWN that waits on that
+    # answer must still reach the worker, or the worker and the job wait for ever.
+    if MPIEXEC is None:
+        pytest.skip("mpiexec not installed (pip install '.[mpi]')")
+    dag = write_dag(tmp_path / "d.dag", DIAMOND)
+    args = ["run", dag.name]
+    late = ("import runpy, sys, time; from mpi4py import MPI; time.sleep(2); "
+            f"sys.argv = ['pmc', *{args!r}]; runpy.run_module('pmc', run_name='__main__')")
+    cmd = [MPIEXEC, "-n", "1", sys.executable, "-m", "pmc", *args,
+           ":", "-n", "1", sys.executable, "-c", late]
+    with open(dag) as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        r = subprocess.run(cmd, cwd=tmp_path, env=clean_env(), capture_output=True,
+                           text=True, timeout=60, check=False)
+    assert r.returncode != 0
+    assert "locked by another run" in r.stderr
+
+
 def test_mpi_workers_on_the_masters_host_talk_through_sockets(tmp_path: Path) -> None:
     dag = write_dag(tmp_path / "d.dag", DIAMOND)
     r = pmc_mpi(3, ["run", "-v", dag.name], tmp_path)

@@ -45,6 +45,7 @@ _FIRST = 0.0001
 _IDLE_AFTER = 1.0  # no spinning after this long without a message
 _CONTROL = 1  # MPI tag of the transport's own messages; the protocol's use 0
 _INTRO = struct.Struct("!I16s")  # a worker's first bytes on its socket: rank, token
+_SETTLE = 30.0  # seconds close() waits for answers that messages still wait on
 
 
 def launched_size() -> int:
@@ -309,6 +310,12 @@ class MpiTransport:
         return lost
 
     def close(self) -> None:
+        # Rank 0: what still waits for a worker's answer to the offer (a run stopped before
+        # it began sends SHUTDOWN at once) goes out first, or that worker would wait for
+        # it for ever, and the whole job with it.
+        deadline = time.monotonic() + _SETTLE
+        while self._waiting and time.monotonic() < deadline:
+            self._wait(0.01)
         if self._direct is not None:
             self._direct.close()
         for conn in self.conns.values():
