@@ -84,15 +84,19 @@ def main(argv: list[str] | None = None) -> int:
         for mode in (m for m in modes if m in ("local", "mpi")):
             cases.append((f"independent/{mode}+no-prefetch", "independent", mode,
                           ["--no-prefetch"]))
+    obs = base = ""  # the observed case's label, and the plain one's
     if not args.no_observability and "local" in modes and dags:
-        # Right after the plain run it is compared with: this machine's speed drifts
-        # by several per cent from one minute to the next.
+        # Beside the plain run it is compared with (this machine's speed drifts by
+        # several per cent from one minute to the next), and both twice a round: plain,
+        # observed, observed, plain, so that whatever favours the first or the second of
+        # two runs cancels out. Labels repeat in `cases`; the figures are per label.
         shape = "independent" if "independent" in dags else next(iter(dags))
         log = str(work / "pmc-log.json")
-        plain = next(i for i, case in enumerate(cases) if case[0] == f"{shape}/local")
-        cases.insert(plain + 1, (f"{shape}/local+json+metrics", shape, "local",
-                                 ["--log-format", "json", "--log-file", log,
-                                  "--metrics-port", "0"]))
+        obs, base = f"{shape}/local+json+metrics", f"{shape}/local"
+        observed = (obs, shape, "local", ["--log-format", "json", "--log-file", log,
+                                          "--metrics-port", "0"])
+        plain = next(i for i, case in enumerate(cases) if case[0] == base)
+        cases[plain + 1:plain + 1] = [observed, observed, cases[plain]]
 
     print(f"machine: {machine()}")
     print(f"floor: {floor.kind} posix_spawn loop of {args.program}, "
@@ -110,17 +114,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"round {rnd}: floor {f_rate:8.0f} tasks/s  cpu {floor_cpus[-1]:5.0f} µs/task")
         return f_rate
 
-    obs = next((label for label, *_ in cases if "json" in label), None)
-    order = list(cases)
-    if obs:
-        # Twice per round, plain, observed, observed, plain: each observed run has a
-        # plain one beside it, and whatever favours the first or the second of two runs
-        # cancels out.
-        i = next(i for i, case in enumerate(order) if case[0] == obs)
-        order[i + 1:i + 1] = [order[i], order[i - 1]]
     for rnd in range(1, args.rounds + 1):
         f_before = run_floor()
-        for label, shape, mode, extra in order:
+        for label, shape, mode, extra in cases:
             path, n = dags[shape]
             try:
                 r: PmcRun = run_pmc(path, mode, args.slots, extra)
@@ -153,11 +149,10 @@ def main(argv: list[str] | None = None) -> int:
         # Each observed run against the plain run beside it, each by its ratio to the
         # floors around it (not raw rates: the machine's speed drifts by more than this
         # cost from one minute to the next); the median of those pairs.
-        base = obs.removesuffix("+json+metrics")
         cost = 1 - median([o / b for o, b in zip(ratios[obs], ratios[base], strict=True)])
         obs_note = f"; observability cost {cost * 100:.1f}%"
     summary = ", ".join(f"{label} {median(ratios[label]):.2f}" for label in ratios
-                        if "json" not in label)
+                        if label != obs)
     print(f"SUMMARY throughput: floor {median(floors):.0f}/s ({floor.kind}); ratio to floor: "
           f"{summary}{obs_note}")
     return 0

@@ -315,7 +315,7 @@ class MpiTransport:
         # it for ever, and the whole job with it.
         deadline = time.monotonic() + _SETTLE
         while self._waiting and time.monotonic() < deadline:
-            self._wait(0.01)
+            self._wait(0.01)  # a worker that has not answered has sent nothing to keep
         if self._direct is not None:
             self._direct.close()
         for conn in self.conns.values():
