@@ -58,22 +58,31 @@ class ForwardFiles:
         self.maxfds = maxfds
         self.fds: OrderedDict[str, int] = OrderedDict()
         self.bytes_written = 0
+        self.hits = 0  # writes to a file already open, for the end-of-run hit rate
+        self.misses = 0
 
     def write(self, path: str, data: bytes) -> None:
         fd = self.fds.get(path)
         if fd is None:
+            self.misses += 1
             if len(self.fds) >= self.maxfds:
                 _, old = self.fds.popitem(last=False)
                 os.close(old)
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o666)
             self.fds[path] = fd
         else:
+            self.hits += 1
             self.fds.move_to_end(path)
         view = memoryview(data)
         while view:
             n = os.write(fd, view)
             view = view[n:]
         self.bytes_written += len(data)
+
+    def hitrate(self) -> float:
+        """Share of writes that found their file open (1.0 with none, as PMC's)."""
+        total = self.hits + self.misses
+        return self.hits / total if total else 1.0
 
     def close(self) -> None:
         for fd in self.fds.values():
@@ -126,6 +135,7 @@ class Master:
         if opts.max_wall_time is not None:
             self.deadline = self.t0 + opts.max_wall_time * 60.0
         self.stop_reason: str | None = None  # set when the run is being stopped early
+        self.gave_up = False  # tasks killed by the stop never reported: may still write
         self.stop_deadline: float | None = None
         self.signal_received: int | None = None
         self.runtime = 0.0
@@ -135,6 +145,9 @@ class Master:
         self.per_host_runtime: dict[str, float] = {}
         self.ranks_alive: set[int] = set(range(1, transport.size))
         self.out_template = f"{opts.dag}.out.{{rank}}"
+        # Log levels, fixed for the run: per-task lines cost one attribute test when off.
+        self.debug = log.enabled(log.DEBUG)
+        self.trace = log.enabled(log.TRACE)
         self.err_template = f"{opts.dag}.err.{{rank}}"
 
     # -- helpers ---------------------------------------------------------------------------
@@ -205,9 +218,15 @@ class Master:
             self.check_signal()
             if self.stop_reason:
                 raise Interrupted(self.stop_reason)
-        for host in self.resources.hosts.values():
-            log.info(f"Host {host.name}: {len(host.workers)} worker(s), {host.cpus} cpus, "
-                     f"{host.memory} MB memory")
+        if log.enabled(log.DEBUG):
+            for host in self.resources.hosts.values():
+                log.debug(f"Got new host: name={host.name}, mem={host.memory}, "
+                          f"threads/cpus={host.cpus}")
+            workers = sorted(self.resources.workers.values(), key=lambda w: w.rank)
+            for w in workers:
+                log.debug(f"Slot {w.rank} on host {w.host.name}")
+            for w in workers:
+                log.debug(f"Host rank of worker {w.rank} is {w.host_rank}")
 
     def check_capable(self) -> None:
         """Abort before anything runs if some task can never fit on any host."""
@@ -270,6 +289,7 @@ class Master:
             else self.opts.max_wall_time * 60.0,
         )
         self.emit("started", info)
+        log.info("Starting workflow")
         if self.engine.recovered:
             log.info(f"Recovered {self.engine.recovered} finished task(s) from the rescue log")
         for task_id in range(len(self.dag)):
@@ -296,6 +316,7 @@ class Master:
             if self.stop_deadline is not None and time.monotonic() > self.stop_deadline:
                 log.error(f"{len(self.running)} task(s) did not report after the stop; "
                           "giving up on them")
+                self.gave_up = True
                 for task_id in [*self.running, *self.queued]:
                     self.engine.requeue(task_id)
                 self.running.clear()
@@ -335,6 +356,7 @@ class Master:
                 self.worker_lost(rank)
             now_left = self.remaining()
             if self.stop_reason is None and now_left is not None and now_left <= 0:
+                log.fatal("Workflow wall time exceeded!")
                 self.stop(f"maximum wall time of {self.opts.max_wall_time:g} minutes reached")
             self.emit("flush")
         return self.finish()
@@ -343,6 +365,8 @@ class Master:
         if self.seq[task_id] == 0:
             self.seq[task_id] = self.next_seq
             self.next_seq += 1
+        if self.debug:
+            log.debug(f"Queueing task {self.dag.tasks[task_id].name}")
         self.emit("ready", self.dag.tasks[task_id], self.seq[task_id])
 
     def dispatch(self) -> None:
@@ -353,6 +377,9 @@ class Master:
         tasks = self.dag.tasks
         batches: dict[int, list[TaskSpec]] = {}
         left = self.remaining()
+        scheduled = 0
+        if self.debug and engine.nready and res.any_idle():
+            log.debug(f"Scheduling {engine.nready} tasks on {res.free_slots()} slots...")
         while engine.nready and res.any_idle():
             placed = False
             for _key, cpus, memory in engine.ready_heads():
@@ -364,6 +391,9 @@ class Master:
                 if not self.admit(task_id, left):
                     break
                 res.allocate(worker, cpus, memory)
+                if self.debug:
+                    self.log_placed(task_id, worker)
+                scheduled += 1
                 affinity = None
                 if self.opts.set_affinity and cpus > 1:
                     cpu_set = worker.host.take_cpu_set(cpus)
@@ -376,6 +406,8 @@ class Master:
                 break
             if not placed:
                 break
+        if scheduled and self.debug:
+            log.debug(f"Scheduled {scheduled} tasks and deferred {engine.nready} tasks")
         if self.prefetch:
             if engine.nready:
                 self.prefetch_successors(batches, left)
@@ -423,8 +455,25 @@ class Master:
                 self.tails[task_id] = depth + 1
                 self.next_of[pred] = task_id
                 self.queued[task_id] = (worker, pred)
+                if self.debug:
+                    self.log_placed(task_id, worker, pred)
                 batches.setdefault(worker.rank, []).append(self.spec(task_id, None, after=pred))
                 grew = True
+
+    def log_placed(self, task_id: int, worker: Worker, after: int = -1) -> None:
+        """PMC's scheduling lines (debug and trace) for a task sent to a worker."""
+        name = self.dag.tasks[task_id].name
+        if self.trace:
+            host = worker.host
+            log.trace(f"Scheduling task {name}")
+            log.trace(f"Matched task {name} to slot {worker.rank} on host {host.name}")
+            log.trace(f"Host {host.name} now has {host.free_memory} MB, {host.free_cpus} "
+                      f"CPUs, and {host.free_slots} slots free")
+        if after < 0:
+            log.debug(f"Submitting task {name} to slot {worker.rank}")
+        else:
+            log.debug(f"Submitting task {name} to slot {worker.rank}, to start when task "
+                      f"{self.dag.tasks[after].name} ends")
 
     def admit(self, task_id: int, left: float | None) -> bool:
         """False (and the task held for the next run) if it would outlast the wall time."""
@@ -587,33 +636,34 @@ class Master:
                           "stopped")
                 continue
             outcome, newly = self.engine.complete(res.id, ok)
-            if error is not None and res.error is None:
+            io_failed = error is not None and res.error is None
+            if io_failed:
                 res = res._replace(status=res.status or 1, error=error)
             self.emit("result", task, self.seq[res.id], res, outcome.value)
             if outcome is Outcome.SUCCEEDED:
-                if log.enabled(log.DEBUG):
-                    log.debug(f"Task {task.name} finished in {res.duration:.3f} s "
-                              f"(cpu {res.cpu_time:.3f} s, max RSS {res.max_rss_kb} KB)")
+                if self.debug:
+                    log.debug(f"Task {task.name} finished with exitcode 0")
                 for child in newly:
                     self.mark_ready(child)
             else:
-                why = res.error or _describe_status(res.status)
-                tries = self.engine.tries_of(res.id)
-                if outcome is Outcome.RETRY:
-                    log.warn(f"Task {task.name} failed (try {res.attempt} of {tries}): {why}; "
-                             "retrying")
-                    self.mark_ready(res.id)
+                if io_failed:
+                    # The master's own failure to write the task's forwarded data.
+                    log.error(f"Task {task.name} failed due to collective I/O errors")
                 else:
-                    log.error(f"Task {task.name} failed (try {res.attempt} of {tries}): {why}")
-                    if not self.engine.accepting():
-                        log.error(f"Maximum number of failures ({self.opts.max_failures}) "
-                                  "reached: no new tasks will be started")
+                    # PMC's "exitcode" is the raw wait status (768 for exit code 3).
+                    log.error(f"Task {task.name} failed with exitcode {res.status}")
+                if outcome is Outcome.RETRY:
+                    if self.debug:
+                        log.debug(f"Task {task.name} will be tried again (try "
+                                  f"{res.attempt + 1} of {self.engine.tries_of(res.id)})")
+                    self.mark_ready(res.id)
 
     def write_forwards(self, name: str, forwards: tuple[tuple[str, bytes], ...]) -> str | None:
         for dest, data in forwards:
             try:
                 self.forward.write(dest, data)
             except OSError as e:
+                log.error(f"Error writing {len(data)} bytes to {dest} for task {name}")
                 return f"Task {name} failed due to I/O forwarding errors: {dest}: {e.strerror}"
         return None
 
@@ -645,18 +695,19 @@ class Master:
         log.error(f"Worker {rank} was lost; {len(lost)} task(s) it was running will run "
                   "again elsewhere" if lost else f"Worker {rank} was lost")
         if not self.ranks_alive and self.stop_reason is None:
+            log.fatal("No workers left")
             self.stop("no workers left")
 
     def check_signal(self) -> None:
         sig = self.signal_received
         if sig is not None and self.stop_reason is None:
+            log.fatal(f"Caught signal {sig}")
             self.stop(f"received {signal.Signals(sig).name}")
 
     def stop(self, reason: str) -> None:
         """Stop dispatching and kill running tasks (SIGTERM, then SIGKILL on the workers)."""
         self.stop_reason = reason
         self.stop_deadline = time.monotonic() + STOP_GRACE
-        log.error(f"Aborting workflow: {reason}")
         busy = {w.rank for w, _a in self.running.values()}
         for rank in sorted(busy & self.ranks_alive):
             try:
@@ -668,6 +719,9 @@ class Master:
 
     def shutdown_workers(self) -> None:
         pending = set(self.ranks_alive)
+        if self.debug:
+            for rank in sorted(pending):
+                log.debug(f"Sending shutdown message to worker {rank}")
         self.broadcast((protocol.SHUTDOWN,))
         deadline = time.monotonic() + BYE_TIMEOUT
         while pending & self.ranks_alive and time.monotonic() < deadline:
@@ -726,25 +780,10 @@ def default_maxfds() -> int:
     return max(1, min(256, soft // 2))
 
 
-def _describe_status(status: int) -> str:
-    if status < 0:
-        try:
-            return f"killed by {signal.Signals(-status).name}"
-        except ValueError:
-            return f"killed by signal {-status}"
-    return f"exit code {status}"
-
-
 def write_summary(summary: Summary) -> None:
-    """The [cluster-summary] record on stdout and the end-of-run log lines."""
+    """The [cluster-summary] record on stdout (always stdout, even with -o, as PMC)."""
     try:
         sys.stdout.write(cluster_summary_record(summary))
         sys.stdout.flush()
     except (OSError, ValueError):
         pass
-    log.info(f"Total runtime of tasks: {summary.runtime:.3f} seconds")
-    log.info(f"Wall time: {summary.wall:.3f} seconds")
-    log.info(f"Makespan: {summary.makespan:.3f} seconds")
-    log.info(f"Resource utilization (with master): {summary.utilization_with_master:.3f}")
-    log.info(f"Resource utilization (without master): {summary.utilization:.3f}")
-    log.info(f"Throughput: {summary.throughput:.3f} tasks/second")

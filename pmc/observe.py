@@ -1,7 +1,8 @@
 """Observability of a run: log set-up, the structured task events, and the run's tally.
 
 - ``setup_logging`` (called by the command-line entry, never at import) picks the log
-  format and destination: text keeps PMC's ``[LEVEL] message`` lines; JSON turns them and
+  format and destination: text keeps PMC's ``[level] message`` lines (dated in a log
+  file, as the reference writes them); JSON turns them and
   every task event into one JSON object per line, as structlog renders them.
 - ``EventLog`` is the observer that writes one event per task state transition (ready,
   dispatched, started, finished / failed, retried, held) and the workflow start and end
@@ -67,8 +68,16 @@ class _LazyFile:
 
     def write(self, text: str, /) -> int:
         if self.f is None:
-            self.f = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+            self.open()
+            assert self.f is not None
         return self.f.write(text)
+
+    def open(self) -> None:
+        """Open for append now (OSError if it cannot be): the master calls this before
+        the run starts, so that a log file that cannot be written stops the run at once
+        rather than losing every line."""
+        if self.f is None:
+            self.f = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
 
     def flush(self) -> None:
         if self.f is not None:
@@ -109,12 +118,14 @@ def _render_json(_logger: Any, method: str, ed: MutableMapping[str, Any]) -> str
                     "event": event, **ed})
 
 
-def _render_text(_logger: Any, method: str, ed: MutableMapping[str, Any]) -> str:
+def _render_text(logger: Any, method: str, ed: MutableMapping[str, Any]) -> str:
     lvl = ed.pop("level", None) or ("warn" if method == "warning" else method)
     event = ed.pop("event")
     ed.pop("timestamp", None)
     fields = " ".join(f"{k}={_text_value(v)}" for k, v in ed.items() if v is not None)
-    return f"[{lvl.upper()}] {event} {fields}" if fields else f"[{lvl.upper()}] {event}"
+    line = f"[{lvl}] {event} {fields}" if fields else f"[{lvl}] {event}"
+    # The same date in front as pmc.log's lines in a log file.
+    return f"{log.timestamp()} {line}" if logger.out.file is not None else line
 
 
 def _text_value(v: object) -> str:
@@ -229,9 +240,24 @@ def setup_logging(opts: RunOptions) -> LogOutput:
     """Configure pmc.log from ``--log-format``, ``--log-file`` and -v/-q (CLI entry only)."""
     global _output
     out = LogOutput(opts.log_format, opts.log_file, opts.log_level)
-    log.setup(opts.log_level, stream=out.file, sink=out.message if out.json else None)
+    log.setup(opts.log_level, stream=out.file, sink=out.message if out.json else None,
+              dated=out.file is not None)
     _output = out
     return out
+
+
+def open_log_file() -> None:
+    """Open ``--log-file`` now (the master, before the run). Should it fail, log to
+    stderr from here on and raise the OSError: the caller reports it there."""
+    out = _output
+    if out is None or out.file is None:
+        return
+    try:
+        out.file.open()
+    except OSError:
+        out.file = None
+        log.setup(out.level, sink=out.message if out.json else None)
+        raise
 
 
 def log_output(opts: RunOptions) -> LogOutput:

@@ -7,6 +7,7 @@ embedded mode with worker processes on this machine. Both run the same master an
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import signal
@@ -16,7 +17,7 @@ from typing import Any
 
 from pmc import log, observe
 from pmc.dag import DAG, DagError, parse_dag
-from pmc.events import Observer
+from pmc.events import Observer, Summary
 from pmc.master import (
     EXIT_FAILED,
     EXIT_INCOMPLETE,
@@ -97,6 +98,15 @@ def _run_local(opts: RunOptions, observers: list[Observer]) -> int:
 
 def _run_master(opts: RunOptions, observers: list[Observer], make_transport: Any,
                 mode: str) -> int:
+    # The log file first: every line after this one goes there.
+    try:
+        observe.open_log_file()
+    except OSError as e:
+        log.fatal(f"Unable to open log file: {opts.log_file}: {e.strerror}")
+        return EXIT_FAILED
+    if log.enabled(log.DEBUG):
+        log.debug(f"Using old rescue file: {'' if opts.skip_rescue else opts.rescue_path}")
+        log.debug(f"Using new rescue file: {opts.rescue_path}")
     try:
         dag = parse_dag(opts.dag)
     except DagError as e:
@@ -104,11 +114,13 @@ def _run_master(opts: RunOptions, observers: list[Observer], make_transport: Any
         return EXIT_USAGE
     lock_fd = -1
     if not opts.nolock:
+        log.debug("Locking DAG file...")
         try:
             lock_fd = _lock(opts.dag)
         except FatalError as e:
             log.fatal(str(e))
             return EXIT_FAILED
+    sink = TaskOutput(opts)
     try:
         done: set[int] = set()
         if not opts.skip_rescue:
@@ -119,43 +131,74 @@ def _run_master(opts: RunOptions, observers: list[Observer], make_transport: Any
                 return EXIT_FAILED
             for w in warnings:
                 log.warn(w)
-        return _run_with_transport(opts, dag, done, observers, make_transport(), mode)
+        # Files the run will write, checked before any task runs: a run that cannot keep
+        # its rescue log or deliver its tasks' output stops here, with nothing done.
+        try:
+            _check_rescue_dir(opts.rescue_path)
+            sink.open()
+        except FatalError as e:
+            log.fatal(str(e))
+            return EXIT_FAILED
+        return _run_with_transport(opts, dag, done, observers, make_transport(), mode, sink)
     finally:
+        sink.close()
         if lock_fd >= 0:
+            log.debug("Unlocking DAG file...")
             os.close(lock_fd)
 
 
 def _run_with_transport(opts: RunOptions, dag: DAG, done: set[int],
-                        observers: list[Observer], transport: Transport, mode: str) -> int:
+                        observers: list[Observer], transport: Transport, mode: str,
+                        sink: TaskOutput) -> int:
     all_observers = list(observers)
     master = Master(transport, opts, dag, done, all_observers, mode,
                     open_outputs=lambda: _record_observers(opts) + observe.observers(opts))
-    received: list[int] = []
+    log.info(f"Setting max cached files = {master.forward.maxfds}")
+    log.info(f"Master starting with {transport.size - 1} workers")
+    if opts.max_wall_time is not None:
+        log.info(f"Setting max walltime to {opts.max_wall_time:f} minutes")
 
     def on_signal(signum: int, frame: object) -> None:
-        received.append(signum)
         master.signal_received = signum
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     summary = None
     interrupted = False
+    merged = True
     try:
-        summary = master.run()
-    except Interrupted as e:
-        log.error(f"Aborting workflow: {e}")
-        interrupted = True
-    except FatalError as e:
-        log.fatal(str(e))
-    except OSError as e:
-        log.fatal(f"{e}")
+        try:
+            summary = master.run()
+        except Interrupted:
+            log.error("Aborting workflow")
+            interrupted = True
+        except (FatalError, RescueError) as e:
+            log.fatal(str(e))
+        except OSError as e:
+            log.fatal(f"{e}")
+        if summary is not None:
+            # PMC's order: the end-of-run lines, the summary record, the tasks' output,
+            # then the workers' shutdown. Every task has reported (its output and record
+            # are in the worker's files) unless some never did after a stop: then their
+            # output is merged once the workers have finished them off.
+            _end_of_run_lines(master, summary)
+            write_summary(summary)
+            if not master.gave_up:
+                merged = sink.merge(transport.size)
+            else:
+                sink.pending = True
+        else:
+            sink.pending = True
     finally:
+        log.info("Sending workers shutdown messages...")
         master.shutdown_workers()
         transport.close()
         master.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    failed = summary is None or summary.outcome == "failed"
-    _collect_stdio(opts, transport.size, merge=not failed)
+    if sink.pending:
+        # Workers that never got as far as opening their files leave none: no warning
+        # about those when the run stopped before it began.
+        merged = sink.merge(transport.size, warn_missing=summary is not None)
     if summary is None:
         for obs in all_observers:
             obs.close()
@@ -163,16 +206,41 @@ def _run_with_transport(opts: RunOptions, dag: DAG, done: set[int],
     for obs in all_observers:
         obs.finished(summary)
         obs.close()
-    write_summary(summary)
     if summary.outcome == "succeeded":
-        log.info("Workflow finished successfully")
+        if not merged:
+            log.error("Workflow succeeded, but its tasks' output could not be merged")
+            return EXIT_FAILED
+        log.info("Workflow succeeded")
         return EXIT_OK
     if summary.outcome == "failed":
-        log.error(f"Workflow failed: {summary.failed} task(s) failed")
+        log.error("Workflow failed")
         return EXIT_FAILED
-    log.error(f"Workflow incomplete: {summary.reason}; run again to resume from "
+    what = "aborted" if master.stop_reason else "incomplete"
+    log.error(f"Workflow {what}: {summary.reason}; run again to resume from "
               f"{opts.rescue_path}")
     return EXIT_INCOMPLETE
+
+
+def _end_of_run_lines(master: Master, summary: Summary) -> None:
+    """PMC's lines between the end of the loop and the summary record, in its order."""
+    if master.stop_reason is not None:
+        log.error("Aborting workflow")
+    else:
+        log.info("Workflow finished")
+    if not master.engine.accepting():
+        log.error("Max failures reached: DAG prematurely aborted")
+    if not log.enabled(log.INFO):
+        return
+    runtime, wall, makespan = summary.runtime, summary.wall, summary.makespan
+    log.info(f"Resource utilization (with master): {summary.utilization_with_master:f}")
+    log.info(f"Resource utilization (without master): {summary.utilization:f}")
+    log.info(f"Total runtime of tasks: {runtime:f} seconds ({runtime / 60:f} minutes)")
+    log.info(f"Wall time: {wall:f} seconds ({wall / 60:f} minutes)")
+    log.info(f"Makespan: {makespan:f} seconds ({makespan / 60:f} minutes)")
+    # PMC's figure: tasks that succeeded per second of makespan.
+    throughput = summary.succeeded / makespan if makespan > 0 else 0.0
+    log.info(f"Throughput: {throughput:f} tasks/second")
+    log.info(f"File descriptor cache hit rate: {master.forward.hitrate():f}")
 
 
 def _record_observers(opts: RunOptions) -> list[Observer]:
@@ -187,54 +255,107 @@ def _record_observers(opts: RunOptions) -> list[Observer]:
 
 
 def _lock(path: str) -> int:
+    """An exclusive POSIX record lock (fcntl F_SETLK, F_WRLCK) on the whole DAG file, as
+    PMC takes: two runs of either program on one DAG exclude each other.
+
+    POSIX locks belong to the process and go the moment it closes *any* descriptor of the
+    file, so the DAG is parsed before the lock is taken and nothing in this process opens
+    it again while the run holds the lock (the edge helper reads it in a process of its
+    own, and only while parsing). Like PMC's, the lock needs the file open for writing."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
     except OSError as e:
-        raise FatalError(f"{path}: cannot open DAG file: {e.strerror}") from e
+        raise FatalError(f"Unable to open DAG file: {path}: {e.strerror} "
+                         "(use -n/--nolock to run without the lock)") from e
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise FatalError(f"{path} is locked by another run of this workflow "
-                         "(use -n/--nolock to skip locking)") from None
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
         os.close(fd)
-        raise FatalError(f"{path}: cannot lock DAG file: {e.strerror}") from e
+        if e.errno in (errno.EAGAIN, errno.EACCES):
+            raise FatalError(f"{path} is locked by another run of this workflow "
+                             "(use -n/--nolock to skip locking)") from None
+        raise FatalError(f"Unable to lock DAG file: {path}: {e.strerror}") from e
     return fd
 
 
-def _collect_stdio(opts: RunOptions, size: int, merge: bool) -> None:
-    """Append each worker's DAG.out.R / DAG.err.R to -o / -e (default: our stdout/stderr),
-    worker by worker, and remove them. On failure leave them unmerged (empty ones go)."""
-    if opts.per_task_stdio:
-        return
-    for template, dest, stream in ((f"{opts.dag}.out.", opts.stdout, sys.stdout),
-                                   (f"{opts.dag}.err.", opts.stderr, sys.stderr)):
-        out_fd = -1
-        try:
-            for rank in range(1, size):
-                path = f"{template}{rank}"
+def _check_rescue_dir(path: str) -> None:
+    """Fail now if the rescue log cannot be written where it goes: the run writes it by
+    way of a temporary file beside it, so create and remove one there."""
+    probe = f"{path}.tmp.{os.getpid()}"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666))
+        os.unlink(probe)
+    except OSError as e:
+        raise FatalError(f"Unable to open rescue file: {path}: {e.strerror}") from e
+
+
+class TaskOutput:
+    """``-o`` / ``-e``: opened before the run (so a path that cannot be written stops it
+    before any task runs), and at the end given each worker's ``DAG.out.R`` /
+    ``DAG.err.R``, worker by worker, whatever the outcome; the merged files are removed.
+
+    Without ``-o`` / ``-e`` the output goes to this process's stdout / stderr. With
+    ``--per-task-stdio`` there is nothing to merge and nothing is opened, as in PMC."""
+
+    def __init__(self, opts: RunOptions) -> None:
+        self.opts = opts
+        self.out_fd = -1
+        self.err_fd = -1
+        self.pending = False  # merge still to do (after the workers are shut down)
+
+    def open(self) -> None:
+        o = self.opts
+        if o.per_task_stdio:
+            return
+        if o.stdout:
+            self.out_fd = _open_output(o.stdout, "stdout")
+        if o.stderr:
+            if o.stderr == o.stdout:
+                self.err_fd = self.out_fd
+            else:
+                self.err_fd = _open_output(o.stderr, "stderr")
+
+    def merge(self, size: int, warn_missing: bool = True) -> bool:
+        """Append every worker's files; False (and an error line) if one could not be."""
+        self.pending = False
+        if self.opts.per_task_stdio:
+            return True
+        log.info("Merging task stdio from workers...")
+        ok = True
+        dag = self.opts.dag
+        for rank in range(1, size):
+            log.debug(f"Merging stdio from worker {rank}...")
+            for kind, fd, stream in (("stdout", self.out_fd, sys.stdout),
+                                     ("stderr", self.err_fd, sys.stderr)):
+                path = f"{dag}.{kind[3:]}.{rank}"
+                log.trace(f"Merging {kind} file: {path}")
                 try:
-                    if os.path.getsize(path) == 0:
-                        os.unlink(path)
-                        continue
-                except OSError:
-                    continue
-                if not merge:
-                    continue
-                if out_fd < 0:
-                    if dest:
-                        out_fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
-                    else:
+                    if fd < 0:
                         stream.flush()
-                        out_fd = os.dup(stream.fileno())
-                _copy_into(path, out_fd)
-                os.unlink(path)
-        except OSError as e:
-            log.error(f"Cannot merge task output into {dest or stream.name}: {e}")
-        finally:
-            if out_fd >= 0:
-                os.close(out_fd)
+                    _copy_into(path, fd if fd >= 0 else stream.fileno())
+                    os.unlink(path)
+                except FileNotFoundError:
+                    if warn_missing:
+                        log.warn(f"No {kind} file: {path}")
+                except (OSError, ValueError) as e:
+                    ok = False
+                    where = self.opts.stdout if kind == "stdout" else self.opts.stderr
+                    log.error(f"Unable to merge task {kind} file {path} into "
+                              f"{where or kind}: {getattr(e, 'strerror', None) or e}")
+        return ok
+
+    def close(self) -> None:
+        for fd in {self.out_fd, self.err_fd}:
+            if fd >= 0:
+                os.close(fd)
+        self.out_fd = self.err_fd = -1
+
+
+def _open_output(path: str, kind: str) -> int:
+    try:
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o666)
+    except OSError as e:
+        raise FatalError(f"Unable to open {kind} file: {path}: {e.strerror}") from e
 
 
 def _copy_into(path: str, out_fd: int) -> None:

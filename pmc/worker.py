@@ -138,9 +138,16 @@ class Worker:
         self.kill_deadline: float | None = None
         self.dag_dir = os.path.dirname(os.path.abspath(config.dag_path))
         self.out_fd = self.err_fd = -1
+        # Log levels, fixed for the run: per-task lines cost one attribute test when off.
+        self.debug = log.enabled(log.DEBUG)
+        self.trace = log.enabled(log.TRACE)
         if not config.per_task_stdio:
-            self.out_fd = _open_append(config.out_path.format(rank=self.rank))
-            self.err_fd = _open_append(config.err_path.format(rank=self.rank))
+            out_path = config.out_path.format(rank=self.rank)
+            err_path = config.err_path.format(rank=self.rank)
+            log.debug(f"Worker {self.rank}: Using task stdout file: {out_path}")
+            log.debug(f"Worker {self.rank}: Using task stderr file: {err_path}")
+            self.out_fd = _open_append(out_path)
+            self.err_fd = _open_append(err_path)
         _close_on_exec_all()
         self.guard_fd = _start_guard()
         self.guard_lines: list[bytes] = []
@@ -176,6 +183,8 @@ class Worker:
         """Start the host script and wait for it to exit 0 (SIGALRM after 60 s)."""
         path = self.cfg.host_script
         assert path is not None
+        rank = self.rank
+        log.debug(f"Worker {rank}: Launching host script {path}")
         try:
             self.host_script = subprocess.Popen(
                 [path], stdin=subprocess.DEVNULL, start_new_session=True,
@@ -183,7 +192,9 @@ class Worker:
                          PMC_RANK=str(self.rank)),
             )
         except OSError as e:
-            return False, f"Unable to start host script {path}: {e.strerror}"
+            # PMC's child writes this and exits 1 (wait status 256).
+            log.error(f"Unable to exec host script: {e.strerror}")
+            return False, f"Worker {rank}: Host script failed with status 256"
         proc = self.host_script
         self.guard(b"+%d\n" % proc.pid)  # its group lives until the end of the run
         self.flush_guard()
@@ -209,12 +220,16 @@ class Worker:
                     proc.kill()
                     proc.wait()
                 if stop or self.term_requested:
-                    return False, f"Host script {path} interrupted: the run is stopping"
-                return False, f"Host script {path} timed out after {timeout:g} s"
+                    return False, f"Worker {rank}: Host script interrupted: the run is stopping"
+                return False, f"Worker {rank}: Host script timed out after {timeout:g} seconds"
+        status = -code if code < 0 else code << 8  # the raw wait status, as PMC reports it
+        if code < 0:
+            log.debug(f"Worker {rank}: Host script exited on signal {-code} ({status})")
+        else:
+            log.debug(f"Worker {rank}: Host script exited with status {code} ({status})")
         if code != 0:
-            how = f"signal {-code}" if code < 0 else f"exit code {code}"
-            return False, f"Host script {path} failed with {how}"
-        return True, f"Host script {path} finished on {self.hostname}"
+            return False, f"Worker {rank}: Host script failed with status {status}"
+        return True, f"Worker {rank}: Host script {path} finished on {self.hostname}"
 
     def stop_host_script(self) -> None:
         """SIGTERM to the host script's process group, SIGKILL a few seconds later."""
@@ -223,6 +238,7 @@ class Worker:
             return
         self.host_script = None
         pgid = proc.pid
+        log.debug(f"Worker {self.rank}: Terminating host script process group with SIGTERM")
         if not _signal_group(pgid, signal.SIGTERM):
             return
         deadline = time.monotonic() + KILL_GRACE
@@ -231,7 +247,8 @@ class Worker:
             if not _group_alive(pgid):
                 return
             time.sleep(0.05)
-        _signal_group(pgid, signal.SIGKILL)
+        if _signal_group(pgid, signal.SIGKILL):
+            log.warn(f"Worker {self.rank}: Sent SIGKILL to resilient host script processes")
         proc.poll()
 
     # -- launching -------------------------------------------------------------------
@@ -259,6 +276,8 @@ class Worker:
         self.successor_ids.clear()
 
     def launch(self, spec: TaskSpec) -> None:
+        if self.trace:
+            log.trace(f"Running task {spec.name}")
         r = Running(spec)
         try:
             argv = split_command(spec.command)
@@ -344,7 +363,8 @@ class Worker:
         self.running[r.pid] = r
         self.running_ids.add(spec.id)
         self.guard(b"+%d\n" % r.pid)
-        log.debug(f"Task {spec.name} started as pid {r.pid}")
+        if self.debug:
+            log.debug(f"Task {spec.name} started as pid {r.pid}")
 
     def guard(self, line: bytes) -> None:
         """Tell the guard which process groups to kill should this worker die.
@@ -403,6 +423,13 @@ class Worker:
             r.popen.returncode = 0  # reaped here; keep subprocess from waiting on it
         duration = time.monotonic() - r.t0
         status = os.waitstatus_to_exitcode(wstatus)
+        if self.debug:
+            if status < 0:
+                log.debug(f"Task {r.spec.name} exited on signal {-status} ({wstatus}) in "
+                          f"{duration:f} seconds")
+            else:
+                log.debug(f"Task {r.spec.name} exited with status {status} ({wstatus}) in "
+                          f"{duration:f} seconds")
         del self.running[r.pid]
         spec = r.spec
         self.running_ids.discard(spec.id)
@@ -418,15 +445,17 @@ class Worker:
         if status == 0 and error is None:
             forwards = [(dest, bytes(buf)) for _var, dest, buf in r.drained if buf]
             for src, dest in spec.file_forwards or ():
-                data, problem = _read_forward_file(src)
+                data, problem = _read_forward_file(spec.name, src)
                 if problem:
+                    log.error(problem)
                     error = problem
                     break
                 if data:
                     forwards.append((dest, data))
         if error is not None:
             forwards = []
-            log.error(f"Task {spec.name} failed: {error}")
+            if error is r.error:  # file-forward problems were logged as found
+                log.error(f"Task {spec.name} failed: {error}")
             if status == 0:
                 status = 1
         record = cluster_task_record(
@@ -468,9 +497,10 @@ class Worker:
         elif tag == protocol.KILL:
             self.kill_all()
         elif tag == protocol.SHUTDOWN:
+            log.trace(f"Worker {self.rank}: Got shutdown message")
             self.stopping = True
         else:
-            log.warn(f"Unexpected message {tag} from master")
+            log.warn(f"Worker {self.rank}: Unexpected message {tag} from master")
 
     def loop(self) -> None:
         polling = self.t.fileno() is None
@@ -564,29 +594,38 @@ def run(transport: Transport) -> int:
         return 1
     cfg: WorkerConfig = msg[2]
     _setup_logging(cfg, transport.rank)
+    rank = transport.rank
+    log.debug(f"Worker {rank}: Starting...")
     try:
         worker = Worker(transport, cfg)
         worker.inbox.extend(inbox)
     except OSError as e:
         transport.send(0, (protocol.ERROR, f"worker {transport.rank} cannot start: {e}"))
         return 1
-    transport.send(0, worker.hello())
+    hello = worker.hello()
+    transport.send(0, hello)
+    if log.enabled(log.TRACE):
+        log.trace(f"Worker {rank}: Host name: {hello[2]}")
+        log.trace(f"Worker {rank}: Host memory: {hello[4]} MB")
+        log.trace(f"Worker {rank}: Host threads/CPUs: {hello[3]}")
     msg = _wait(transport, worker.inbox)
     if msg[0] == protocol.SHUTDOWN:
         transport.send(0, (protocol.BYE, None))
         return 0
     worker.host_rank, run_script = msg[1], msg[2]
+    log.trace(f"Worker {rank}: Host rank: {worker.host_rank}")
     prev_handlers = _install_term(worker)
     try:
         if run_script:
+            # A failure is the master's to report (as a fatal error, once).
             ok, text = worker.run_host_script()
-            (log.info if ok else log.error)(text)
             transport.send(0, (protocol.HOST_SCRIPT, ok, text))
         worker.loop()
         worker.stop_host_script()
         transport.send(0, (protocol.BYE, None))
+        log.debug(f"Worker {rank}: Exiting...")
     except TransportError as e:
-        log.error(f"Lost the master ({e}); killing tasks")
+        log.error(f"Worker {rank}: Lost the master ({e}); killing tasks")
         worker.kill_all(signal.SIGKILL)
         worker.stop_host_script()
         return 1
@@ -598,9 +637,10 @@ def run(transport: Transport) -> int:
 
 def _setup_logging(cfg: WorkerConfig, rank: int) -> None:
     """The master's log format for this worker's own messages (on its stderr): text lines
-    prefixed with the rank, or JSON objects with a rank field."""
+    as PMC's workers write them (those about the worker itself say "Worker R:"), or JSON
+    objects with a rank field."""
     if cfg.log_format != "json":
-        log.setup(cfg.log_level, prefix=f"rank {rank}: ")
+        log.setup(cfg.log_level)
         return
     sink: list[Callable[[int, str], None]] = []
 
@@ -760,27 +800,28 @@ def _append(fd: int, text: str) -> None:
         log.error(f"Cannot write task record: {e.strerror}")
 
 
-def _read_forward_file(src: str) -> tuple[bytes, str | None]:
-    """Read and delete a -F source. Missing is not an error; a directory or >1 MiB is."""
+def _read_forward_file(name: str, src: str) -> tuple[bytes, str | None]:
+    """Read and delete a -F source of task ``name``. Missing is not an error; anything
+    but a regular file, or more than 1 MiB, is (with PMC's message)."""
     try:
         st = os.stat(src)
     except FileNotFoundError:
+        log.debug(f"Task {name}: file {src} does not exist")
         return b"", None
     except OSError as e:
-        return b"", f"cannot read forwarded file {src}: {e.strerror}"
-    if stat.S_ISDIR(st.st_mode):
-        return b"", f"forwarded file {src} is a directory"
+        return b"", f"Task {name}: stat failed on file {src}: {e.strerror}"
+    if not stat.S_ISREG(st.st_mode):
+        return b"", f"Task {name}: {src} is not a file"
     if st.st_size > FILE_FORWARD_LIMIT:
-        return b"", (f"forwarded file {src} is {st.st_size} bytes, more than the "
-                     f"{FILE_FORWARD_LIMIT} byte limit of file forwarding")
+        return b"", f"Task {name}: File {src} is too large"
     try:
         with open(src, "rb") as f:
             data = f.read(FILE_FORWARD_LIMIT + 1)
         os.unlink(src)
     except OSError as e:
-        return b"", f"cannot read forwarded file {src}: {e.strerror}"
+        return b"", f"Task {name}: Unable to read {src}: {e.strerror}"
     if len(data) > FILE_FORWARD_LIMIT:
-        return b"", f"forwarded file {src} grew past the {FILE_FORWARD_LIMIT} byte limit"
+        return b"", f"Task {name}: File {src} is too large"
     return data, None
 
 
