@@ -2,8 +2,8 @@
 
 Owns the PMC DAG format (TASK and EDGE records, ``#`` comments, ``#@`` Pegasus lines,
 shell-style quoting, task options) and everything that makes a DAG runnable: unique task
-ids, edges between known tasks, no duplicate or self edges, no cycles. No I/O beyond
-reading the file. Every error names file:line and the offending text.
+ids, edges between known tasks (a repeated edge counts once), no self edges, no cycles.
+No I/O beyond reading the file. Every error names file:line and the offending text.
 
 Extension to the reference format: the task option ``--expected-runtime SECONDS`` (a
 non-negative number) sets ``Task.expected_runtime``. The reference rejects it as an
@@ -16,6 +16,7 @@ import gc
 import math
 import os
 import re
+import struct
 from array import array
 from collections.abc import Iterator, Sequence
 from itertools import accumulate, islice
@@ -218,12 +219,45 @@ class DAG:
         return len(self.child_list)
 
 
-# Every character str.split() splits at. Quoted commands are split by shlex with the
-# same set, so adding a quote somewhere on a line never changes where other words end.
-_SPACE = (
-    " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
-    "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
-)
+# Where the words of a command end: the blanks of C's isspace() in the C locale, as the
+# reference's argument splitter uses. Not str.split()'s set, which also holds NBSP,
+# U+3000, \x1c-\x1f and other Unicode spaces: a shell keeps those inside a word.
+_SPACE = " \t\n\r\x0b\x0c"
+_SPACE_RUN = re.compile("[" + _SPACE + "]+")
+# Where the fields of a record end (TASK, id, command; EDGE, parent, child): the
+# reference splits records at space, tab and CR (and LF, which never is inside a line),
+# so a vertical tab or form feed belongs to the field it is in.
+_BLANKS = " \t\r"
+_BLANK_RUN = re.compile("[" + _BLANKS + "]+")
+# Characters str.split() takes for blanks that neither set above does, in ASCII text.
+_NOT_SPACE = re.compile("[\x1c-\x1f]")
+_ODD_BYTES = (b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e", b"\x1f")
+
+
+def _plain(data: bytes) -> bool:
+    """Whether str.split() splits the lines of ``data`` at exactly the record blanks
+    (space, tab, CR): true for ASCII text without vertical tab, form feed or
+    \x1c-\x1f. Byte searches, a few microseconds per block."""
+    return data.isascii() and all(odd not in data for odd in _ODD_BYTES)
+
+
+def _fields(line: str) -> list[str]:
+    """``line.split(None, 2)`` at the record blanks only (the rest keeps no trailing
+    blank): for lines ``_plain`` does not vouch for."""
+    text = line.strip(_BLANKS)
+    return _BLANK_RUN.split(text, 2) if text else []
+
+
+def _all_fields(line: str) -> list[str]:
+    text = line.strip(_BLANKS)
+    return _BLANK_RUN.split(text) if text else []
+
+
+def _split_words(text: str) -> list[str]:
+    """``text.split()`` at ``_SPACE`` only."""
+    if text.isascii() and _NOT_SPACE.search(text) is None:
+        return text.split()  # the same split, in C
+    return [word for word in _SPACE_RUN.split(text) if word]
 
 
 def _has_quoting(text: str) -> bool:
@@ -235,12 +269,13 @@ def split_command(command: str) -> list[str]:
     """Split a task's command as a shell would split words (quotes, backslashes), but
     without any expansion: ``<``, ``|`` and ``$X`` reach the program literally.
 
-    The rules are those of ``shlex.split(command, posix=True)``; a bad quote raises
-    ValueError. In linear time: shlex grows a word a character at a time, which takes
-    minutes for a quoted argument a megabyte long.
+    The rules are those of ``shlex.split(command, posix=True)`` with the blanks of C's
+    isspace() (``_SPACE``); a bad quote raises ValueError. In linear time: shlex grows a
+    word a character at a time, which takes minutes for a quoted argument a megabyte
+    long.
     """
     if not _has_quoting(command):
-        return command.split()
+        return _split_words(command)
     return _words(command)[0]
 
 
@@ -318,6 +353,8 @@ _OPTIONS = {
 }
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _INTEGER = re.compile(r"[+-]?[0-9]+")
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_FLOAT32 = struct.Struct("f")
 _INT64 = 2**63 - 1  # option values travel to workers; keep them in a C long long
 # Bytes read and decoded at a time. Small enough that a block's bytes, text and lines
 # stay in the CPU's cache while its lines are parsed, and that these short-lived buffers
@@ -327,7 +364,7 @@ _SHOW = 80  # characters of offending text quoted in a message
 
 
 def _show(text: str) -> str:
-    text = text.strip()
+    text = text.strip(_BLANKS)
     if len(text) > _SHOW:
         text = text[:_SHOW] + "..."
     return repr(text)
@@ -336,8 +373,8 @@ def _show(text: str) -> str:
 def parse_dag(path: str) -> DAG:
     """Read and validate a DAG file; raise DagError on the first problem.
 
-    Problems within a line are reported in file order; duplicate edges and cycles once
-    the whole file has been read. A big file's EDGE lines are shared with a helper
+    Problems within a line are reported in file order; cycles once the whole file has
+    been read. A big file's EDGE lines are shared with a helper
     process (``pmc.edgehelper``); should that fail, or the file hold an error, the file
     is parsed again alone, and the error is the one the serial parse finds first.
     """
@@ -418,10 +455,11 @@ def _parse(path: str, f: BinaryIO, helper: EdgeHelper | None = None) -> DAG:
             if theirs and data.startswith(b"EDGE ") + data.count(b"\nEDGE ") == len(lines):
                 continue  # nothing but the helper's EDGE lines
         quoting = b"'" in data or b'"' in data or b"\\" in data
+        plain = _plain(data)
         for lineno, line in enumerate(lines, before + 1):
             # At most three fields: the rest of a TASK line is its command, kept as
             # written; the rest of an EDGE line must be exactly one name.
-            parts = line.split(None, 2)
+            parts = line.split(None, 2) if plain else _fields(line)
             if not parts:
                 continue
             kind = parts[0]
@@ -453,8 +491,9 @@ def _parse(path: str, f: BinaryIO, helper: EdgeHelper | None = None) -> DAG:
                     and (rest := parts[2])[0] != "-"
                     and not (quoting and _has_quoting(rest))
                 ):
-                    # The common line: no options, no quotes.
-                    command = rest.rstrip()
+                    # The common line: no options, no quotes. (_fields leaves no
+                    # trailing blank; rstrip() would also take Unicode spaces.)
+                    command = rest.rstrip() if plain else rest
                     # Generated DAGs often repeat one command: keep one copy of a run.
                     if command == last_command:
                         command = last_command
@@ -506,7 +545,7 @@ def _parse(path: str, f: BinaryIO, helper: EdgeHelper | None = None) -> DAG:
 
 def _edge(path: str, lineno: int, line: str, index: dict[str, int]) -> tuple[int, int]:
     """An EDGE line the fast path could not take: trailing blanks, or an error."""
-    fields = line.split()
+    fields = _all_fields(line)
     if len(fields) != 3:
         raise DagError(
             path,
@@ -589,14 +628,21 @@ def _decode(path: str, before: int, data: bytes) -> tuple[list[str], DagError | 
 
 
 def _pegasus_seq(path: str, lineno: int, line: str) -> str:
-    fields = line.lstrip()[2:].split()
-    if len(fields) < 3:
+    # The reference reads the second blank-separated field as SEQ, so "#@7 a b c" would
+    # give SEQ "a" there: refused here rather than read either way.
+    fields = _all_fields(line)
+    if fields[0] != "#@":
+        raise DagError(
+            path, lineno, f"'#@' must be followed by a blank, then SEQ: {_show(line)}"
+        )
+    if len(fields) < 4:
         raise DagError(
             path,
             lineno,
-            f"'#@' line needs SEQ TRANSFORMATION DAX_ID, got {len(fields)} field(s): {_show(line)}",
+            f"'#@' line needs SEQ TRANSFORMATION DAX_ID, got {len(fields) - 1} field(s): "
+            f"{_show(line)}",
         )
-    return fields[0]
+    return fields[1]
 
 
 def _task(path: str, lineno: int, line: str, parts: list[str], tid: int) -> Task:
@@ -613,7 +659,7 @@ def _task(path: str, lineno: int, line: str, parts: list[str], tid: int) -> Task
     if _has_quoting(rest):
         words, starts = _shell_words(path, lineno, line, rest)
     else:
-        words = rest.split()
+        words = _split_words(rest)
 
     memory = 0
     cpus = 1
@@ -646,11 +692,11 @@ def _task(path: str, lineno: int, line: str, parts: list[str], tid: int) -> Task
             value = words[i]
             i += 1
         if what == "memory":
-            memory = _integer(path, lineno, opt, value, 0, "a number of MB >= 0")
+            memory = _rounded_up(path, lineno, opt, value, "a number of MB >= 0")
         elif what == "cpus":
-            cpus = _integer(path, lineno, opt, value, 1, "a whole number >= 1")
+            cpus = _rounded_up(path, lineno, opt, value, "a number of cpus >= 0")
         elif what == "tries":
-            tries = _integer(path, lineno, opt, value, 1, "a whole number >= 1")
+            tries = _integer(path, lineno, opt, value, 0, "a whole number >= 0")
         elif what == "priority":
             priority = _integer(path, lineno, opt, value, -_INT64, "a whole number")
         elif what == "runtime":
@@ -678,15 +724,15 @@ def _task(path: str, lineno: int, line: str, parts: list[str], tid: int) -> Task
     if not words[i]:
         raise DagError(path, lineno, f"TASK {name} has an empty executable: {_show(line)}")
     if starts is not None:
-        command = rest[starts[i] :].lstrip()
-        trimmed = command.rstrip()
+        command = rest[starts[i] :].lstrip(_SPACE)
+        trimmed = command.rstrip(_SPACE)
         # "a\ " ends in an escaped space: trimming it would leave a lone backslash.
         if not trimmed.endswith("\\"):
             command = trimmed
     elif i == n - 1:
         command = words[i]
     else:
-        command = rest.split(None, i)[i].rstrip()
+        command = _SPACE_RUN.split(rest.lstrip(_SPACE), i)[i].rstrip(_SPACE)
     return Task(
         tid,
         name,
@@ -718,6 +764,23 @@ def _integer(path: str, lineno: int, opt: str, value: str, least: int, want: str
     raise DagError(path, lineno, f"task option {opt} needs {want}, got {_show(value)}")
 
 
+def _rounded_up(path: str, lineno: int, opt: str, value: str, want: str) -> int:
+    """-m and -c: a decimal number, rounded up to a whole one as the reference does (it
+    reads a C float, so "1.00000001" is 1 there and here). Unlike its sscanf("%f"),
+    nothing may follow the number ("1G" is not 1), and nan and inf are refused."""
+    if _INTEGER.fullmatch(value) and len(value) <= 7:
+        number = int(value)  # below 2**24: the float would be the same number
+        if number >= 0:
+            return number
+    elif _DECIMAL.fullmatch(value):
+        # Python's float, then the nearest C float: off from the C library's direct
+        # conversion only for a decimal within a hair of half-way between two floats.
+        real = _FLOAT32.unpack(_FLOAT32.pack(min(float(value), 1e30)))[0]
+        if real >= 0 and (number := math.ceil(real)) <= _INT64:  # -0 is 0, as there
+            return number
+    raise DagError(path, lineno, f"task option {opt} needs {want}, got {_show(value)}")
+
+
 def _seconds(path: str, lineno: int, opt: str, value: str) -> float:
     try:
         seconds = float(value)
@@ -739,7 +802,11 @@ def _build(
     edge_lines: array[int],
     backward: bool,
 ) -> DAG:
-    """Turn the edge lists into CSR form; reject duplicate edges and cycles.
+    """Turn the edge lists into CSR form, each edge once; reject cycles.
+
+    A repeated EDGE line is accepted, as the reference accepts it, and counts once:
+    the child waits for its parent once and runs once. (The reference lists such a
+    child twice under its parent and queues it twice when the parent succeeds.)
 
     Works in "I" arrays, as ``_parse`` does, and copies the results to the DAG's "i"
     ones. This is the peak of a big parse: every list and array goes as soon as it is
@@ -774,7 +841,10 @@ def _build(
             slot[p] = k + 1
         del slot
     if _repeats_a_child(by_parent, starts, several):
-        raise _duplicate_edge(tasks, path, several, parents, children, edge_lines)
+        by_parent, starts = _without_repeats(by_parent, starts)
+        nparents = array("i", bytes(4 * n))
+        for c in by_parent:
+            nparents[c] += 1
     child_list = _signed(by_parent)
     del by_parent
     child_start = _signed(starts)
@@ -801,6 +871,20 @@ def _repeats_a_child(by_parent: array[int], starts: array[int], several: array[i
     return False
 
 
+def _without_repeats(by_parent: array[int], starts: array[int]) -> tuple[array[int], array[int]]:
+    """The CSR lists with each parent's children once, in the order first given."""
+    kept = array("I")
+    new_starts = array("I", [0])
+    for p in range(len(starts) - 1):
+        run = by_parent[starts[p] : starts[p + 1]]
+        if len(run) > 1:
+            kept.extend(dict.fromkeys(run))
+        else:
+            kept.extend(run)
+        new_starts.append(len(kept))
+    return kept, new_starts
+
+
 def _signed(ids: array[int]) -> array[int]:
     """The "i" array of the same ids: their four bytes copied, not converted one by one
     (the same numbers below 2**31, and a DAG with more tasks or edges cannot fit in
@@ -808,31 +892,6 @@ def _signed(ids: array[int]) -> array[int]:
     signed = array("i")
     signed.frombytes(memoryview(ids).cast("B"))
     return signed
-
-
-def _duplicate_edge(
-    tasks: list[Task],
-    path: str,
-    several: array[int],
-    parents: array[int],
-    children: array[int],
-    edge_lines: array[int],
-) -> DagError:
-    """The error for the first repeated edge in file order."""
-    candidates = set(several)
-    first: dict[int, int] = {}
-    for p, c, line in zip(parents, children, edge_lines, strict=True):
-        if p in candidates:
-            key = p << 32 | c
-            if key in first:
-                return DagError(
-                    path,
-                    line,
-                    f"duplicate edge {tasks[p].name} -> {tasks[c].name} "
-                    f"(first at line {first[key]})",
-                )
-            first[key] = line
-    raise AssertionError("no duplicate edge")  # pragma: no cover
 
 
 def _check_acyclic(

@@ -14,7 +14,8 @@ it. The helper checks its lines as the parser would, but any problem (a bad line
 unreadable file, a file that changed) makes it exit without a result, and the parser
 then parses the whole file alone. So does any error the parser finds itself: every
 error is reported by the one serial parser, at the first bad line in file order, and
-the helper's edges need no line numbers.
+the helper's edges need no line numbers. Repeated edges are passed on as they come:
+the parser's ``_build`` counts each edge once, whichever process read it.
 
 Output on stdout: a header (``_HEADER``: lines read, TASK records seen, edges, whether
 any edge points backward) and the edges' parents and children as native unsigned
@@ -30,7 +31,7 @@ import sys
 from array import array
 from typing import IO
 
-from pmc.dag import DagError, _blocks, _edge
+from pmc.dag import DagError, _blocks, _edge, _fields, _plain
 from pmc.pychild import python_command
 
 # DAG files at least this big get a helper: starting one takes ~30 ms, and for 100,000
@@ -120,11 +121,13 @@ def resolve(path: str, size: int, chunk: int, out: IO[bytes]) -> None:
             nlines = before + len(lines)
             if split < 0 and b"EDGE" in data:
                 split = split_offset(offset, size)
+            # Fields split as the parser splits them (pmc.dag._plain): the same names.
+            plain = _plain(data)
             if split < 0 or offset < split:
                 # The parser's part: only the task names matter here.
                 if b"TASK" in data:
                     for line in lines:
-                        parts = line.split(None, 2)
+                        parts = line.split(None, 2) if plain else _fields(line)
                         if parts and parts[0] == "TASK":
                             if len(parts) > 1:
                                 setdefault(parts[1], ntasks)
@@ -134,7 +137,7 @@ def resolve(path: str, size: int, chunk: int, out: IO[bytes]) -> None:
             # call per edge would cost ~0.1 s at a million edges. Its messages are not
             # needed: any error makes the parser parse again alone.
             for lineno, line in enumerate(lines, before + 1):
-                parts = line.split(None, 2)
+                parts = line.split(None, 2) if plain else _fields(line)
                 if not parts:
                     continue
                 kind = parts[0]

@@ -4,7 +4,9 @@ describe it, and an error naming file, line and problem for every bad input."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -12,6 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pmctest import pmc
 
 from pmc.dag import DAG, DagError, Task, parse_dag, split_command
 
@@ -261,6 +264,21 @@ def test_manual_example_options(tmp_path: Path) -> None:
         ("--expected-runtime=0", "expected_runtime", 0.0),
         ("--expected-runtime 1e3", "expected_runtime", 1000.0),
         ("-m 1 -m 2", "memory", 2),
+        # As the reference: -m and -c are read as numbers and rounded up; 0 cpus, and
+        # 0 tries (one try, as 1), are allowed.
+        ("-m 99.1", "memory", 100),
+        ("-m 1.5", "memory", 2),
+        ("-m .5", "memory", 1),
+        ("-m 1e3", "memory", 1000),
+        ("-m -0", "memory", 0),
+        ("-m 12345678", "memory", 12345678),
+        ("-c 1.1", "cpus", 2),
+        ("--request-cpus=2.0", "cpus", 2),
+        ("-c 0", "cpus", 0),
+        ("-c 0.0", "cpus", 0),
+        # A C float, as the reference reads it: 1.00000001 is 1.0 there.
+        ("-c 1.00000001", "cpus", 1),
+        ("-t 0", "tries", 0),
     ],
 )
 def test_task_option(tmp_path: Path, options: str, attribute: str, value: object) -> None:
@@ -336,19 +354,54 @@ def test_split_command_without_quotes() -> None:
     assert split_command("") == []
 
 
-def test_split_command_splits_where_str_split_does() -> None:
-    # A quote elsewhere on the line must not change where unquoted words end.
+ASCII_SPACE = " \t\n\r\x0b\x0c"  # C's isspace() in the C locale
+
+
+def test_split_command_splits_at_ascii_whitespace_only() -> None:
+    # As the reference (and a shell): Unicode spaces, NBSP, U+3000 and \x1c-\x1f are
+    # part of a word. A quote elsewhere on the line must not change where words end.
     spaces = "".join(chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace())
     for space in spaces:
-        assert split_command(f"a{space}'b c'") == ["a", "b c"], repr(space)
-    assert split_command("a\u00a0b") == ["a", "b"]
+        if space in ASCII_SPACE:
+            assert split_command(f"a{space}b") == ["a", "b"], repr(space)
+            assert split_command(f"a{space}'b c'") == ["a", "b c"], repr(space)
+        else:
+            assert split_command(f"a{space}b") == [f"a{space}b"], repr(space)
+            assert split_command(f"a{space}'b c'") == [f"a{space}b c"], repr(space)
+    assert split_command("a\u00a0b \u3000") == ["a\u00a0b", "\u3000"]
+
+
+def test_unicode_spaces_are_part_of_names_and_arguments(tmp_path: Path) -> None:
+    dag = parse(
+        tmp_path,
+        "TASK A\u00a0B /bin/echo x\u00a0y \u3000\x1c z\u00a0\n"
+        "TASK C -m 2 /bin/echo \x1d\x1e\x1f\u2003\n"
+        "TASK D\x0bE /bin/echo \x0bq\x0c\n"
+        "EDGE A\u00a0B C\n"
+        "EDGE\tC D\x0bE \n",
+    )
+    assert [t.name for t in dag.tasks] == ["A\u00a0B", "C", "D\x0bE"]
+    assert dag.tasks[0].command == "/bin/echo x\u00a0y \u3000\x1c z\u00a0"
+    assert split_command(dag.tasks[0].command) == [
+        "/bin/echo", "x\u00a0y", "\u3000\x1c", "z\u00a0"]
+    assert dag.tasks[1].memory == 2
+    assert split_command(dag.tasks[1].command) == ["/bin/echo", "\x1d\x1e\x1f\u2003"]
+    # A vertical tab or form feed separates a command's words, not a record's fields.
+    assert split_command(dag.tasks[2].command) == ["/bin/echo", "q"]
+    assert edges(dag) == [("A\u00a0B", "C"), ("C", "D\x0bE")]
+
+
+def test_unicode_space_does_not_separate_fields(tmp_path: Path) -> None:
+    error(tmp_path, "TASK A a\nTASK B b\nEDGE A\u00a0B\n", 3, "EDGE needs")
+    error(tmp_path, "TASK\u3000A a\n", 1, "unknown record type")
+    error(tmp_path, "TASK A\u00a0/bin/true\n", 1, "no executable")
 
 
 @settings(max_examples=500, deadline=None)
-@given(st.text(alphabet="ab'\"\\ \t\u00a0#$<|", max_size=16))
+@given(st.text(alphabet="ab'\"\\ \t\x0c\u00a0\x1c#$<|", max_size=16))
 def test_split_command_follows_posix_shlex(command: str) -> None:
     reference = shlex.shlex(command, posix=True)
-    reference.whitespace = " \t\u00a0"
+    reference.whitespace = ASCII_SPACE
     reference.whitespace_split = True
     reference.commenters = ""
     try:
@@ -389,7 +442,10 @@ def test_pegasus_line_applies_to_next_task_only(tmp_path: Path) -> None:
 
 
 def test_pegasus_line_without_space(tmp_path: Path) -> None:
-    assert parse(tmp_path, "#@7 t d\nTASK A a\n").tasks[0].pegasus_id == "7"
+    # The reference reads the field after "#@7" as SEQ ("t" here); refused, not guessed.
+    error(tmp_path, "#@7 t d x\nTASK A a\n", 1, "'#@' must be followed by a blank")
+    error(tmp_path, "#@7 t d\nTASK A a\n", 1, "'#@' must be followed by a blank")
+    assert parse(tmp_path, "#@\t7 t d\nTASK A a\n").tasks[0].pegasus_id == "7"
 
 
 def test_pegasus_line_with_too_few_fields(tmp_path: Path) -> None:
@@ -430,16 +486,23 @@ def test_option_followed_by_executable_only(tmp_path: Path) -> None:
     [
         ("-m -1", ["-m", "'-1'"]),
         ("-m ten", ["-m", "'ten'"]),
-        ("-m 1.5", ["-m", "'1.5'"]),
+        ("-m 1G", ["-m", "'1G'"]),
+        ("-m 1e", ["-m", "'1e'"]),
+        ("-m nan", ["-m", "'nan'"]),
+        ("-m inf", ["-m", "'inf'"]),
+        ("-m 1e30", ["-m", "'1e30'"]),
+        ("-m 0x10", ["-m", "'0x10'"]),
+        ("-m .", ["-m", "'.'"]),
         ("--request-memory=", ["--request-memory", "''"]),
         ("-m 1_000", ["-m", "'1_000'"]),
         ("-m \uff11", ["-m"]),
         ("-m 99999999999999999999999", ["-m", "'99999999999999999999999'"]),
-        ("-c 0", ["-c", "'0'"]),
         ("-c -2", ["-c", "'-2'"]),
+        ("-c -0.5", ["-c", "'-0.5'"]),
+        ("-c 2cpus", ["-c", "'2cpus'"]),
         ("-c two", ["-c", "'two'"]),
-        ("-t 0", ["-t", "'0'"]),
         ("--tries=-1", ["--tries", "'-1'"]),
+        ("-t 1.5", ["-t", "'1.5'"]),
         ("-p high", ["-p", "'high'"]),
         ("-f noequals", ["-f", "'noequals'"]),
         ("-f 1A=/tmp/a", ["-f", "'1A=/tmp/a'"]),
@@ -495,23 +558,32 @@ def test_edge_before_its_task_is_an_error(tmp_path: Path) -> None:
     error(tmp_path, "TASK A a\nEDGE A B\nTASK B b\n", 2, "unknown task 'B'", "defined above")
 
 
-def test_duplicate_edge(tmp_path: Path) -> None:
-    error(
+def test_duplicate_edge_counts_once(tmp_path: Path) -> None:
+    # The reference accepts a repeated EDGE line; here it is one edge: B waits for A
+    # once (and so runs once).
+    dag = parse(tmp_path, "TASK A a\nTASK B b\nTASK C c\nEDGE A B\nEDGE A C\nEDGE A B\n")
+    assert edges(dag) == [("A", "B"), ("A", "C")]
+    assert list(dag.nparents) == [0, 1, 1]
+    assert dag.edge_count() == 2
+
+
+def test_duplicate_edges_keep_first_order(tmp_path: Path) -> None:
+    dag = parse(
         tmp_path,
-        "TASK A a\nTASK B b\nTASK C c\nEDGE A B\nEDGE A C\nEDGE A B\n",
-        6,
-        "duplicate edge A -> B",
-        "line 4",
+        "TASK A a\nTASK B b\nTASK C c\nEDGE B C\nEDGE A C\nEDGE A B\nEDGE B C\n"
+        "EDGE A C\nEDGE A C\n",
     )
+    assert edges(dag) == [("A", "C"), ("A", "B"), ("B", "C")]
+    assert list(dag.nparents) == [0, 1, 2]
+    assert list(dag.child_start) == [0, 2, 3, 3]
 
 
-def test_first_duplicate_edge_in_file_order(tmp_path: Path) -> None:
+def test_duplicate_edge_in_a_cycle(tmp_path: Path) -> None:
     error(
         tmp_path,
-        "TASK A a\nTASK B b\nTASK C c\nEDGE B C\nEDGE A B\nEDGE B C\nEDGE A B\n",
+        "TASK A a\nTASK B b\nEDGE A B\nEDGE B A\nEDGE A B\nEDGE B A\n",
         6,
-        "duplicate edge B -> C",
-        "line 4",
+        "cycle: A -> B -> A",
     )
 
 
@@ -626,8 +698,15 @@ def test_error_is_a_single_line_message(tmp_path: Path) -> None:
 
 
 def test_line_numbers_count_every_line(tmp_path: Path) -> None:
-    dag = parse(tmp_path, "\n# c\n\nTASK A a\n\r\n\x0c\nTASK B b\n")
+    dag = parse(tmp_path, "\n# c\n\nTASK A a\n\r\n \t\nTASK B b\n")
     assert [t.line for t in dag.tasks] == [4, 7]
+
+
+def test_form_feed_line_is_not_blank(tmp_path: Path) -> None:
+    # The reference trims only space, tab, CR and LF from a line: a form feed or
+    # vertical tab is text, and no record starts with it.
+    error(tmp_path, "TASK A a\n\x0c\nTASK B b\n", 2, "unknown record type", "'\\x0c'")
+    error(tmp_path, "\x0bTASK A a\n", 1, "unknown record type")
 
 
 def test_many_tasks_and_edges(tmp_path: Path) -> None:
@@ -646,3 +725,50 @@ def test_many_tasks_and_edges(tmp_path: Path) -> None:
 def test_repeated_commands_are_equal_strings(tmp_path: Path) -> None:
     dag = parse(tmp_path, "TASK A /bin/true\nTASK B /bin/true\nTASK C /bin/false\n")
     assert [t.command for t in dag.tasks] == ["/bin/true", "/bin/true", "/bin/false"]
+
+
+# --- what a run does with it ---------------------------------------------------------------
+# The same behaviours seen from outside, as a user of the reference would see them.
+
+
+def run_dag(tmp_path: Path, text: str, *args: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "w.dag").write_text(text, encoding="utf-8")
+    return pmc(["run", "--workers", "2", *args, "w.dag"], tmp_path)
+
+
+def records(text: str) -> dict[str, str]:
+    return {m.group(1): m.group(0) for m in re.finditer(r"^\[cluster-task name=(\S+), .*$",
+                                                         text, re.M)}
+
+
+def test_run_repeated_edge_runs_the_child_once(tmp_path: Path) -> None:
+    r = run_dag(tmp_path, "TASK A /bin/true\nTASK B /bin/sh -c 'echo ran >> b.log'\n"
+                          "TASK C /bin/true\nEDGE A B\nEDGE A C\nEDGE A B\nEDGE C B\n")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "b.log").read_text() == "ran\n"
+    assert sorted(records(r.stdout)) == ["A", "B", "C"]
+
+
+def test_run_rounds_requests_up_and_takes_zero(tmp_path: Path) -> None:
+    r = run_dag(tmp_path, "TASK A -m 99.1 -c 1.1 /bin/true\nTASK B -c 0 -m 0.5 /bin/true\n",
+                "--host-cpus", "2", "--host-memory", "1000")
+    assert r.returncode == 0, r.stderr
+    got = records(r.stdout)
+    assert "cpus=2, memory=100]" in got["A"]
+    assert "cpus=0, memory=1]" in got["B"]
+
+
+def test_run_zero_tries_is_one_try(tmp_path: Path) -> None:
+    # The reference retries while failures < tries: 0 tries give one try, as 1 does,
+    # whatever the run's --tries.
+    r = run_dag(tmp_path, "TASK A -t 0 /bin/sh -c 'echo try >> a.log; exit 1'\n"
+                          "TASK B -t 2 /bin/sh -c 'echo try >> b.log; exit 1'\n", "-t", "5")
+    assert r.returncode != 0
+    assert (tmp_path / "a.log").read_text() == "try\n"
+    assert (tmp_path / "b.log").read_text() == "try\ntry\n"
+
+
+def test_run_unicode_spaces_reach_the_program_inside_words(tmp_path: Path) -> None:
+    r = run_dag(tmp_path, "TASK A /bin/echo a\u00a0b c\u3000d\x1ce\n")
+    assert r.returncode == 0, r.stderr
+    assert "a\u00a0b c\u3000d\x1ce\n" in r.stdout

@@ -37,14 +37,16 @@ def check_dag(dag: DAG) -> None:
     for i, task in enumerate(dag.tasks):
         assert task.id == i
         assert dag.index[task.name] == i
-        assert task.name and not any(c.isspace() for c in task.name)
+        # Record fields end at space, tab and CR (as the reference's); other blanks,
+        # NBSP or a vertical tab, can be part of a name.
+        assert task.name and not any(c in " \t\r\n" for c in task.name)
         assert dag.child_start[i] <= dag.child_start[i + 1]
         children = list(dag.children(i))
         assert len(set(children)) == len(children)  # no duplicate edges
         assert i not in children  # no self edges
         assert all(0 <= c < n for c in children)
-        assert task.cpus >= 1 and task.memory >= 0
-        assert task.tries is None or task.tries >= 1
+        assert task.cpus >= 0 and task.memory >= 0
+        assert task.tries is None or task.tries >= 0
         argv = split_command(task.command)  # the command always splits at launch
         assert argv and argv[0]
     parents = [0] * n
@@ -100,6 +102,11 @@ WORDS = st.one_of(
             "--request-memory=5",
             "--expected-runtime",
             "--tries=0",
+            "-c 0",
+            "1.5",
+            "\x0c",
+            "\x1c",
+            "\u3000",
             "-m10",
             "1",
             "0",
@@ -195,23 +202,22 @@ def test_graph_model(scratch: Path, graph: tuple[int, list[tuple[int, int]]]) ->
     text += "".join(f"EDGE T{p} T{c}\n" for p, c in edges)
     result = outcome(scratch, text.encode())
     self_edge = any(p == c for p, c in edges)
-    duplicate = len(set(edges)) < len(edges)
-    if self_edge or duplicate or not acyclic(n, edges):
+    unique = list(dict.fromkeys(edges))  # a repeated edge counts once
+    if self_edge or not acyclic(n, unique):
         assert isinstance(result, DagError)
-        if self_edge:  # found while reading, so before duplicates and cycles
+        if self_edge:  # found while reading, so before cycles
             first = next(i for i, (p, c) in enumerate(edges) if p == c)
             assert "self edge" in result.message
             assert result.line == n + first + 1
-        elif duplicate:
-            assert "duplicate edge" in result.message
         else:
             assert result.message.startswith("cycle")
     else:
         assert isinstance(result, DAG)
         got = sorted((p, c) for p in range(n) for c in result.children(p))
-        assert got == sorted(edges)
-        for p in range(n):  # children keep their file order
-            assert list(result.children(p)) == [c for q, c in edges if q == p]
+        assert got == sorted(unique)
+        for p in range(n):  # children keep their first file order
+            assert list(result.children(p)) == [c for q, c in unique if q == p]
+        assert list(result.nparents) == [sum(c == i for _, c in unique) for i in range(n)]
 
 
 # --- size ------------------------------------------------------------------------------------
@@ -239,11 +245,12 @@ def test_hundred_thousand_parents_of_one_task(scratch: Path) -> None:
     assert isinstance(dag, DAG)
     assert dag.nparents[n] == n
     assert dag.edge_count() == n
-    # One more, repeated, edge is caught.
+    # One more, repeated, edge counts once: the child still waits for n parents.
     lines.append(f"EDGE p{n // 2} child\n")
-    e = outcome(scratch, "".join(lines).encode())
-    assert isinstance(e, DagError) and "duplicate edge" in e.message
-    assert e.line == 2 * n + 2
+    again = outcome(scratch, "".join(lines).encode())
+    assert isinstance(again, DAG)
+    assert again.nparents[n] == n
+    assert again.edge_count() == n
 
 
 def test_million_edge_chain(scratch: Path) -> None:
