@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import resource
 import sys
 from collections.abc import Callable, Sequence
@@ -21,11 +22,16 @@ class _Parser(argparse.ArgumentParser):
     """Usage errors exit 2 with one line of usage and one of error."""
 
 
+# ASCII digits only: int() and float() also take "1_000" and other scripts' digits,
+# which the reference's sscanf() reads otherwise ("1_000" as 1).
+_WHOLE = re.compile(r"[+-]?[0-9]+")
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
 def _whole(text: str, minimum: int) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not _WHOLE.fullmatch(text.strip(" \t\n")):
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
+    value = int(text)
     if value < minimum:
         raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
     return value
@@ -50,7 +56,15 @@ def _positive(text: str, unit: str) -> float:
 
 
 def _minutes(text: str) -> float:
-    return _positive(text, "minutes")
+    """--max-wall-time: 0 is no limit, as in the reference (which also takes a negative
+    number, nan or inf without a word; refused here as the mistakes they must be)."""
+    if not _DECIMAL.fullmatch(text.strip(" \t\n")):
+        raise argparse.ArgumentTypeError(f"expected minutes, got {text!r}")
+    value = float(text)
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(
+            f"must be a number of minutes >= 0 (0: no limit), got {text}")
+    return value
 
 
 def _seconds(text: str) -> float:
@@ -86,14 +100,19 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    help="run once on every host before any task (env PMC_HOST_SCRIPT)")
     p.add_argument("--host-script-timeout", metavar="SECONDS", type=_seconds, default=60.0,
                    help="how long the host script may take before SIGALRM (default 60)")
-    p.add_argument("--host-memory", metavar="MB", type=_nonneg_int,
-                   help="memory per host in MB (env PMC_HOST_MEMORY; default: detected)")
-    p.add_argument("--host-cpus", metavar="N", type=_positive_int,
-                   help="cpus per host (env PMC_HOST_CPUS; default: detected)")
+    # As in the reference: --host-memory must be >= 1, PMC_HOST_MEMORY may be 0, and
+    # --host-cpus or PMC_HOST_CPUS 0 is the default, detection.
+    p.add_argument("--host-memory", metavar="MB", type=_positive_int,
+                   help="memory per host in MB (env PMC_HOST_MEMORY, where 0 is the "
+                   "default; default: detected)")
+    p.add_argument("--host-cpus", metavar="N", type=_nonneg_int,
+                   help="cpus per host (env PMC_HOST_CPUS; 0 or default: detected); not "
+                   "with --set-affinity")
     p.add_argument("--strict-limits", action="store_true",
                    help="limit each task's address space to its -m request")
     p.add_argument("--max-wall-time", metavar="MINUTES", type=_minutes,
-                   help="abort the workflow after this many minutes (env PMC_MAX_WALL_TIME)")
+                   help="abort the workflow after this many minutes (env PMC_MAX_WALL_TIME; "
+                   "0 or default: no limit)")
     p.add_argument("--per-task-stdio", action="store_true",
                    help="TASK.out.NNN / TASK.err.NNN per task try")
     p.add_argument("--jobstate-log", action="store_true",
@@ -145,8 +164,8 @@ def _env_default(p: argparse.ArgumentParser, args: argparse.Namespace, attr: str
     if getattr(args, attr) is not None:
         return
     text = os.environ.get(var)
-    if text is None or text == "":
-        return
+    if text is None:
+        return  # set but empty is an invalid value, as in the reference
     try:
         setattr(args, attr, conv(text))
     except argparse.ArgumentTypeError as e:
@@ -155,8 +174,11 @@ def _env_default(p: argparse.ArgumentParser, args: argparse.Namespace, attr: str
 
 def options_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> RunOptions:
     _env_default(p, args, "host_memory", "PMC_HOST_MEMORY", _nonneg_int)
-    _env_default(p, args, "host_cpus", "PMC_HOST_CPUS", _positive_int)
+    _env_default(p, args, "host_cpus", "PMC_HOST_CPUS", _nonneg_int)
     _env_default(p, args, "max_wall_time", "PMC_MAX_WALL_TIME", _minutes)
+    if args.set_affinity and args.host_cpus:
+        # The reference's words: its binding needs the host's real cpus and sockets.
+        p.error("--host-cpus is not compatible with --set-affinity")
     if args.maxfds is not None:
         soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         if soft != resource.RLIM_INFINITY and args.maxfds > soft:
@@ -173,10 +195,10 @@ def options_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> R
         rescue=args.rescue,
         host_script=args.host_script,
         host_script_timeout=args.host_script_timeout,
-        host_memory=args.host_memory,
-        host_cpus=args.host_cpus,
+        host_memory=args.host_memory or None,  # 0: detected
+        host_cpus=args.host_cpus or None,  # 0: detected
         strict_limits=args.strict_limits,
-        max_wall_time=args.max_wall_time,
+        max_wall_time=args.max_wall_time or None,  # 0: no limit
         per_task_stdio=args.per_task_stdio or args.monitord_hack,
         jobstate_log=args.jobstate_log,
         monitord_hack=args.monitord_hack,

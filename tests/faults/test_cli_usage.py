@@ -1,7 +1,9 @@
 """Unknown or out-of-range values for the command line's choice and number options are
 usage errors: exit code 2 and a message naming the option, never a traceback, never a
 run. The cases are derived from the parsers themselves, so a new option is covered the
-day it is added."""
+day it is added. The values pegasus-mpi-cluster accepts (0 for --max-wall-time and
+--host-cpus, PMC_HOST_MEMORY=0) run as they run there, and what it refuses
+(--host-memory 0, --host-cpus with --set-affinity) is refused."""
 
 from __future__ import annotations
 
@@ -20,9 +22,9 @@ pytestmark = pytest.mark.faults
 
 # Bad values per option type (by the type function's name).
 BAD = {
-    "_positive_int": ["0", "-1", "x", "1.5", ""],
-    "_nonneg_int": ["-1", "x", "1e3"],
-    "_minutes": ["0", "-1", "nan", "inf", "x", "-inf"],
+    "_positive_int": ["0", "-1", "x", "1.5", "", "1_0"],
+    "_nonneg_int": ["-1", "x", "1e3", "1_0", "\uff11"],
+    "_minutes": ["-1", "nan", "inf", "x", "-inf", "", "1_0", "5m"],
     "_port": ["65536", "-1", "x", "99999999999"],
     "int": ["x", "1.5", ""],
     "float": ["x", "", "1,5"],
@@ -93,7 +95,8 @@ def test_bad_value_is_a_usage_error(argv: list[str], opt: str,
 
 @pytest.mark.parametrize("argv", [
     ["-t", "0"], ["--max-wall-time", "nan"], ["--maxfds", "0"], ["--host-cpus", "x"],
-    ["--bogus-option"],
+    ["--bogus-option"], ["--host-memory", "0"], ["-m", "-1"],
+    ["--host-cpus", "2", "--set-affinity"], ["--set-affinity", "--host-cpus", "1"],
 ])
 def test_pegasus_mpi_cluster_usage(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
@@ -103,8 +106,10 @@ def test_pegasus_mpi_cluster_usage(argv: list[str], capsys: pytest.CaptureFixtur
 
 
 @pytest.mark.parametrize(("var", "value"), [
-    ("PMC_MAX_WALL_TIME", "soon"), ("PMC_MAX_WALL_TIME", "-5"), ("PMC_HOST_CPUS", "0"),
+    ("PMC_MAX_WALL_TIME", "soon"), ("PMC_MAX_WALL_TIME", "-5"), ("PMC_HOST_CPUS", "-1"),
     ("PMC_HOST_MEMORY", "-1"), ("PMC_HOST_MEMORY", "lots"),
+    # Set but empty: the reference says "Invalid value for PMC_..." too.
+    ("PMC_HOST_CPUS", ""), ("PMC_HOST_MEMORY", ""), ("PMC_MAX_WALL_TIME", ""),
 ])
 def test_bad_environment_value_is_a_usage_error(var: str, value: str, tmp_path: Path) -> None:
     (tmp_path / "w.dag").write_text("TASK A /bin/true\n")
@@ -114,6 +119,64 @@ def test_bad_environment_value_is_a_usage_error(var: str, value: str, tmp_path: 
     assert r.returncode == 2, r.stderr
     assert var in r.stderr
     assert not (tmp_path / "w.dag.rescue").exists(), "nothing ran"
+
+
+def test_host_cpus_with_set_affinity_is_refused(tmp_path: Path) -> None:
+    # The reference refuses the pair with these words, from the option or PMC_HOST_CPUS.
+    (tmp_path / "w.dag").write_text("TASK A /bin/true\n")
+    for argv, env in ((["--host-cpus", "2"], {}), ([], {"PMC_HOST_CPUS": "2"})):
+        r = subprocess.run([sys.executable, "-m", "pmc", "run", *argv, "--set-affinity",
+                            "w.dag"], cwd=tmp_path, env=clean_env(**env),
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2, r.stderr
+        assert "--host-cpus is not compatible with --set-affinity" in r.stderr
+        assert "Traceback" not in r.stderr
+        assert not (tmp_path / "w.dag.rescue").exists(), "nothing ran"
+
+
+def _options(argv: list[str], monkeypatch: pytest.MonkeyPatch,
+             **env: str) -> object:
+    for var in ("PMC_HOST_CPUS", "PMC_HOST_MEMORY", "PMC_MAX_WALL_TIME", "PMC_HOST_SCRIPT"):
+        monkeypatch.delenv(var, raising=False)
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    p = cli.build_parser()
+    args = p.parse_args(["run", *argv, "w.dag"])
+    return cli.options_from_args(p, args)
+
+
+@pytest.mark.parametrize(("argv", "env", "attr", "value"), [
+    (["--max-wall-time", "0"], {}, "max_wall_time", None),
+    ([], {"PMC_MAX_WALL_TIME": "0"}, "max_wall_time", None),
+    ([], {"PMC_MAX_WALL_TIME": "1.5"}, "max_wall_time", 1.5),
+    (["--max-wall-time", "0"], {"PMC_MAX_WALL_TIME": "3"}, "max_wall_time", None),
+    (["--host-cpus", "0"], {}, "host_cpus", None),
+    ([], {"PMC_HOST_CPUS": "0"}, "host_cpus", None),
+    (["--host-cpus", "0", "--set-affinity"], {}, "host_cpus", None),
+    (["--host-cpus", "3"], {"PMC_HOST_CPUS": "0"}, "host_cpus", 3),
+    ([], {"PMC_HOST_MEMORY": "0"}, "host_memory", None),
+    (["--host-memory", "7"], {"PMC_HOST_MEMORY": "0"}, "host_memory", 7),
+    (["--host-cpus", " 4"], {}, "host_cpus", 4),
+])
+def test_values_the_reference_accepts(argv: list[str], env: dict[str, str], attr: str,
+                                      value: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert getattr(_options(argv, monkeypatch, **env), attr) == value
+
+
+def test_zero_wall_time_and_host_cpus_run(tmp_path: Path) -> None:
+    # 0 is no limit and detection, as in the reference: the run goes ahead.
+    from pmc.worker import detect_cpus
+
+    (tmp_path / "w.dag").write_text("TASK A -m 1 /bin/echo ran\n")
+    for argv, env in ((["--max-wall-time", "0", "--host-cpus", "0"], {}),
+                      ([], {"PMC_MAX_WALL_TIME": "0", "PMC_HOST_CPUS": "0",
+                            "PMC_HOST_MEMORY": "0"})):
+        r = subprocess.run([sys.executable, "-m", "pmc", "run", "--workers", "1", *argv,
+                            "-s", "w.dag"], cwd=tmp_path, env=clean_env(**env),
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert "ran\n[cluster-task name=A," in r.stdout
+        assert f"cpus={detect_cpus()}]" in r.stdout  # the summary's cpus: detected
 
 
 def test_max_jobs_zero_is_a_usage_error(tmp_path: Path) -> None:
