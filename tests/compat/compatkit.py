@@ -73,7 +73,13 @@ def missing_prerequisite() -> str | None:
 
 def _cache_root() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "pmc-compat"
+    root = Path(base) / "pmc-compat"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError:  # no writable home: a directory of our own under /tmp
+        root = Path(tempfile.gettempdir()) / f"pmc-compat-{os.getuid()}"
+        root.mkdir(mode=0o700, exist_ok=True)
+    return root
 
 
 def build_reference() -> Path:
