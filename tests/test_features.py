@@ -123,8 +123,8 @@ TASK fine -F {tmp_path}/ok={tmp_path}/d3 /bin/sh -c "head -c 1048576 /dev/zero >
 """)
     r = launch([dag.name], tmp_path)
     assert r.returncode == 1
-    assert f"forwarded file {tmp_path}/adir is a directory" in r.stderr
-    assert "more than the 1048576 byte limit" in r.stderr
+    assert f"[error] Task dir: {tmp_path}/adir is not a file\n" in r.stderr
+    assert f"[error] Task big: File {tmp_path}/big is too large\n" in r.stderr
     assert rescue_done(tmp_path / "w.dag.rescue") == ["fine"]
     assert (tmp_path / "d3").stat().st_size == 1 << 20
     assert not (tmp_path / "d2").exists()
@@ -163,7 +163,7 @@ def test_failing_host_script_aborts_the_workflow(launch, tmp_path: Path) -> None
     dag = write_dag(tmp_path / "w.dag", f"TASK a /bin/sh -c 'touch {tmp_path}/ran'\n")
     r = launch(["--host-script", str(script), dag.name], tmp_path)
     assert r.returncode == 1
-    assert "failed with exit code 7" in r.stderr
+    assert "[fatal] Worker 1: Host script failed with status 1792\n" in r.stderr
     assert not (tmp_path / "ran").exists()
 
 
@@ -302,7 +302,8 @@ def test_max_wall_time_aborts_and_still_merges(launch, tmp_path: Path) -> None:
     r = launch(["--max-wall-time", "0.05", dag.name], tmp_path)
     took = time.monotonic() - t0
     assert r.returncode == 3, r.stderr
-    assert "Aborting workflow" in r.stderr and "maximum wall time" in r.stderr
+    assert "[fatal] Workflow wall time exceeded!\n" in r.stderr
+    assert "[error] Aborting workflow\n" in r.stderr and "maximum wall time" in r.stderr
     assert took < 30, "the limit (3 s) plus the kill grace, not the tasks' 60 s"
     assert "quick-output" in r.stdout and "slow-start" in r.stdout, "stdio is merged"
     assert rescue_done(tmp_path / "w.dag.rescue") == ["quick"]
@@ -434,5 +435,5 @@ def test_signal_while_the_host_script_runs_is_an_incomplete_run(tmp_path: Path) 
     proc.terminate()
     _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 3, err
-    assert "Aborting workflow: received SIGTERM" in err
+    assert "[fatal] Caught signal 15\n" in err and "[error] Aborting workflow\n" in err
     assert not (tmp_path / "ran").exists()

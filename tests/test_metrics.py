@@ -261,7 +261,7 @@ def test_port_in_use_is_fatal(tmp_path: Path) -> None:
         port = busy.getsockname()[1]
         r = pmc(["run", "--workers", "1", "--metrics-port", str(port), dag.name], tmp_path)
     assert r.returncode == 1
-    assert f"[FATAL] Cannot serve metrics on 127.0.0.1:{port}" in r.stderr
+    assert f"[fatal] Cannot serve metrics on 127.0.0.1:{port}" in r.stderr
 
 
 def test_unreachable_pushgateway_warns_but_run_succeeds(tmp_path: Path) -> None:
@@ -272,7 +272,7 @@ def test_unreachable_pushgateway_warns_but_run_succeeds(tmp_path: Path) -> None:
     r = pmc(["run", "--workers", "1", "--metrics-pushgateway", f"http://127.0.0.1:{port}",
              dag.name], tmp_path)
     assert r.returncode == 0, r.stderr
-    assert f"[WARN] Cannot push metrics to http://127.0.0.1:{port}" in r.stderr
+    assert f"[warn] Cannot push metrics to http://127.0.0.1:{port}" in r.stderr
 
 
 # --- names, configs ---------------------------------------------------------------------

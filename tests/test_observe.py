@@ -112,13 +112,13 @@ def test_json_log_of_a_run_matches_the_summary(tmp_path: Path, mixed_dag: Path) 
             if e.get("task") == "flaky" and e["event"] == "task.failed"] == [1]
     # The PMC log lines are JSON objects too, with their usual text as the event.
     messages = {e["event"]: e["level"] for e in events}
-    assert messages["Workflow failed: 1 task(s) failed"] == "error"
-    assert messages["Task bad failed (try 2 of 2): exit code 7"] == "error"
+    assert messages["Workflow failed"] == "error"
+    assert messages["Task bad failed with exitcode 1792"] == "error"
     assert any(m.startswith("Resource utilization (without master):") for m in messages)
     hosts = [e for e in events if e["event"] == "host"]
     assert sum(h["slots"] for h in hosts) == 2
     # Nothing of the master's log went to stderr.
-    assert "[INFO]" not in r.stderr and "[ERROR]" not in r.stderr
+    assert "[info]" not in r.stderr and "[error]" not in r.stderr
 
 
 def test_json_log_to_stderr(tmp_path: Path, mixed_dag: Path) -> None:
@@ -157,8 +157,8 @@ def test_text_format_is_unchanged_by_default(tmp_path: Path, mixed_dag: Path) ->
     r = pmc(["run", "--workers", "1", mixed_dag.name], tmp_path)
     assert r.returncode == 1
     lines = r.stderr.splitlines()
-    assert all(re.match(r"\[(FATAL|ERROR|WARN|INFO)\] ", line) for line in lines), lines
-    assert "[ERROR] Task bad failed (try 1 of 1): exit code 7" in lines
+    assert all(re.match(r"\[(fatal|error|warn|info)\] ", line) for line in lines), lines
+    assert "[error] Task bad failed with exitcode 1792" in lines
     assert not any("task." in line for line in lines)
     assert not (tmp_path / "events.jsonl").exists()
 
@@ -168,14 +168,18 @@ def test_text_format_shows_task_events_at_debug(tmp_path: Path, mixed_dag: Path)
             tmp_path)
     assert r.returncode == 1
     text = (tmp_path / "pmc.log").read_text()
-    assert re.search(r"^\[DEBUG\] task\.finished task=ok seq=\d+ try=1 rank=1 host=\S+ cpus=1 "
-                     r"memory=0 outcome=succeeded status=0 .*duration=\d+\.\d{3} "
+    date = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} \S+ "
+    assert re.search(date + r"\[debug\] task\.finished task=ok seq=\d+ try=1 rank=1 host=\S+ "
+                     r"cpus=1 memory=0 outcome=succeeded status=0 .*duration=\d+\.\d{3} "
                      r"cpu_time=\d+\.\d{3} max_rss_kb=\d+", text, re.M), text
-    assert re.search(r"^\[DEBUG\] task\.failed task=bad .*status=7", text, re.M)
-    assert "[INFO] Workflow" not in text
-    assert "[ERROR] Workflow failed: 2 task(s) failed" in text
+    assert re.search(date + r"\[debug\] task\.failed task=bad .*status=7", text)
+    assert "[info] Workflow succeeded" not in text
+    assert re.search("^" + date + r"\[error\] Workflow failed$", text, re.M), text
+    # Every line in the file carries the date, as PMC's lines in a log file do.
+    assert all(re.match(date + r"\[(fatal|error|warn|info|debug|trace)\] ", line)
+               for line in text.splitlines()), text
     # The log went to the file, not stderr (workers' own lines aside).
-    assert "[ERROR] Workflow failed" not in r.stderr
+    assert "[error] Workflow failed" not in r.stderr
 
 
 def test_log_lines_keep_their_exact_text() -> None:
@@ -189,8 +193,8 @@ def test_log_lines_keep_their_exact_text() -> None:
         log.debug("shown")
     finally:
         log.setup()
-    assert buf.getvalue() == ("[INFO] Wall time: 1.000 seconds\n[ERROR] boom\n"
-                              "[DEBUG] rank 2: shown\n")
+    assert buf.getvalue() == ("[info] Wall time: 1.000 seconds\n[error] boom\n"
+                              "[debug] rank 2: shown\n")
 
 
 def test_json_mode_turns_log_lines_into_objects(tmp_path: Path) -> None:

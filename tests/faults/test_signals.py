@@ -85,9 +85,10 @@ def test_signal_stops_cleanly(mode: str, sig: signal.Signals, target: str, tmp_p
         (tmp_path / "release").touch()
     err = (tmp_path / "run.stderr").read_text()
     assert code == 3, err
-    assert f"Aborting workflow: received {sig.name}" in err
-    assert "Workflow incomplete" in err
-    assert "failed (try" not in err, "tasks killed by the stop are not task failures"
+    assert f"[fatal] Caught signal {sig.value}\n" in err
+    assert "[error] Aborting workflow\n" in err
+    assert f"Workflow aborted: received {sig.name}" in err
+    assert "failed with exitcode" not in err, "tasks killed by the stop are not task failures"
     assert took < 15, f"took {took:.1f} s to exit"
     assert sorted(rescue_names(tmp_path / "w.dag.rescue")) == ["q0", "q1", "q2", "q3"]
     assert "later" not in ran(tmp_path), "no task starts after the signal"
