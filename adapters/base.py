@@ -2,10 +2,13 @@
 
 Owns: validated ``Site`` → batch script text (``render_script``, a pure function: one
 directive per line, stable order, every user value through ``shlex.quote``) → write →
-submit → job id; status and cancel; the normalised ``JobState``; the continuation
-chain (``--until-done``) rendered into the script; and the one subprocess helper
-(``run_command``: an argv list, never a shell). Scheduler modules fill the hooks of
-``Scheduler`` only; launchers live in ``launchers.py``.
+submit → job id; status (with the scheduler's reason) and cancel (an unknown or ended
+job is an error); the normalised ``JobState``; the continuation chain
+(``--until-done``) rendered into the script, which resubmits the batch system's copy
+of itself (``$0``) and records each link in the chain file beside the DAG (read back
+by ``chain.py``); and the one subprocess helper (``run_command``: an argv list, never
+a shell). Scheduler modules fill the hooks of ``Scheduler`` only; launchers live in
+``launchers.py``.
 """
 
 from __future__ import annotations
@@ -19,12 +22,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pmc.site import Site
+from pmc.site import Site, hms
 
 from .launchers import launch_argv
 
 # pmc run's exit code for "stopped before finishing, nothing failed permanently".
 EXIT_INCOMPLETE = 3
+# A line only chain scripts carry: how a running link recognises its own text in $0.
+CHAIN_MARK = "# pmc chain script: each follow-up job is this script, submitted again."
 
 
 class AdapterError(Exception):
@@ -101,12 +106,18 @@ class JobStatus:
     state: JobState
     native: str  # the scheduler's own word, for people
     exit_code: str | None = None
+    reason: str | None = None  # why it waits (Slurm Reason=, PBS comment, LoadLeveler)
 
     def __str__(self) -> str:
-        text = f"{self.job_id} {self.state.value} (native: {self.native}"
+        return f"{self.job_id} {self.state.value} ({self.details()})"
+
+    def details(self) -> str:
+        text = f"native: {self.native}"
+        if self.reason:
+            text += f", reason: {self.reason}"
         if self.exit_code is not None:
             text += f", exit {self.exit_code}"
-        return text + ")"
+        return text
 
 
 def one_line(what: str, value: str) -> str:
@@ -117,13 +128,6 @@ def one_line(what: str, value: str) -> str:
             "(a newline, carriage return or NUL would end the directive)"
         )
     return value
-
-
-def hms(seconds: int) -> str:
-    """HH:MM:SS with hours unbounded (Slurm, PBS and LoadLeveler all accept it)."""
-    h, rest = divmod(seconds, 3600)
-    m, s = divmod(rest, 60)
-    return f"{h:02d}:{m:02d}:{s:02d}"
 
 
 def minutes_text(minutes: float) -> str:
@@ -177,9 +181,10 @@ class Scheduler(ABC):
     def parse_job_id(self, stdout: str) -> str: ...
 
     @abstractmethod
-    def chain_lines(self, script_q: str, site: Site) -> list[str]:
-        """Shell lines that submit the next job of a chain (``PMC_CHAIN_INDEX`` is
-        exported already); ``script_q`` is the script path, shell-quoted."""
+    def chain_lines(self, site: Site) -> list[str]:
+        """Shell lines that submit ``"$pmc_self"`` (this script's text) as the next job
+        of a chain and set ``pmc_next`` to its job id, left empty when the submission
+        failed. ``PMC_CHAIN_ID`` and ``PMC_CHAIN_INDEX`` (the follow-up's) are exported."""
 
     @abstractmethod
     def status(self, job_id: str) -> JobStatus: ...
@@ -191,8 +196,26 @@ class Scheduler(ABC):
         proc = run_command(self.submit_argv(script), cwd=cwd)
         return self.parse_job_id(proc.stdout)
 
-    def cancel(self, job_id: str) -> None:
+    def cancel(self, job_id: str) -> JobStatus:
+        """Cancel a queued or running job; return its status before. An unknown job or
+        one that has already ended is an error (scancel says nothing and exits 0 for
+        both, so the state is asked first)."""
+        try:
+            before = self.status(job_id)
+        except AdapterError as e:
+            raise AdapterError(f"{self.name} job {job_id}: not cancelled: {e}") from e
+        if before.state is JobState.UNKNOWN:
+            raise AdapterError(
+                f"{self.name} job {job_id}: not cancelled: the scheduler does not know it "
+                f"as a queued or running job ({before.details()})"
+            )
+        if before.state.finished:
+            raise AdapterError(
+                f"{self.name} job {job_id}: not cancelled: it has already ended "
+                f"({before.state.value}, {before.details()})"
+            )
         run_command(self.cancel_argv(job_id))
+        return before
 
     def state_of(self, native: str) -> JobState:
         return self.STATES.get(native.strip().upper(), JobState.UNKNOWN)
@@ -268,6 +291,17 @@ def default_job_name(dag: str) -> str:
     return "pmc-" + (stem[:-4] if stem.endswith(".dag") else stem)
 
 
+def _walltime_comment(site: Site) -> str:
+    if site.walltime is None:
+        return "# No walltime: the scheduler's default limit applies; pmc run has no limit."
+    mwt = site.max_wall_time_minutes
+    assert mwt is not None and site.margin is not None
+    return (
+        f"# walltime {hms(site.walltime)}; pmc run stops by --max-wall-time "
+        f"{minutes_text(mwt)} min, {hms(site.margin)} before the limit."
+    )
+
+
 def render_script(
     sched: Scheduler,
     site: Site,
@@ -278,18 +312,18 @@ def render_script(
 ) -> str:
     """The batch script for running ``dag`` at ``site``. Pure: same inputs, same text.
 
-    With ``max_jobs`` > 1 the script submits its own follow-up (from ``script_path``)
-    when pmc run exits incomplete, until the chain has ``max_jobs`` jobs.
+    With ``max_jobs`` > 1 the script is one link of a chain. It records each link in
+    ``DAG.chain`` and, when pmc run exits incomplete (3), submits its own text again
+    (the batch system's copy, ``$0``; else ``script_path`` when it holds this script)
+    until the chain has ``max_jobs`` jobs. A link that handed over to a follow-up
+    exits 0; the last link exits with pmc run's status, the workflow's.
     """
     sched.check(site)
-    if max_jobs > 1:
-        if script_path is None:
-            raise AdapterError("a chain of jobs needs the path the script is submitted from")
-        if site.pmc.get("skip_rescue"):
-            raise AdapterError(
-                f"{site.source}: pmc.skip_rescue: a chain resumes from the rescue log; "
-                "it cannot be combined with skip_rescue"
-            )
+    if max_jobs > 1 and site.pmc.get("skip_rescue"):
+        raise AdapterError(
+            f"{site.source}: pmc.skip_rescue: a chain resumes from the rescue log; "
+            "it cannot be combined with skip_rescue"
+        )
     q = shlex.quote
     job_name = one_line("job name", site.job_name or default_job_name(dag))
     lines = ["#!/bin/bash"]
@@ -299,7 +333,10 @@ def render_script(
         f"# pmc batch script for site {q(one_line('site', site.name))}"
         f" ({sched.name}, launcher {site.launcher}).",
         "# Every value from the profile is quoted; only the setup lines are raw shell.",
+        _walltime_comment(site),
     ]
+    if max_jobs > 1:
+        lines.append(CHAIN_MARK)
     lines += sched.prologue(site)
     lines += [f"module load {q(m)}" for m in site.modules]
     lines += [f"export {k}={q(v)}" for k, v in site.environment]
@@ -315,33 +352,128 @@ def render_script(
         command=command_argv(site, dag),
     )
     lines += [
+        "# Who this run is, for pmc run's logs and metrics.",
+        f'PMC_JOB_ID="${{{sched.job_id_var}:-}}"',
         'PMC_CHAIN_INDEX="${PMC_CHAIN_INDEX:-1}"',
-        "export PMC_CHAIN_INDEX",
-        "# A TERM at the time limit must not end this script before pmc has saved its",
-        "# state; pmc gets the signal itself.",
-        "trap 'echo \"pmc: batch script got SIGTERM\" >&2' TERM",
-        shlex.join(launch),
-        "rc=$?",
-        'echo "pmc: run exited with status $rc (job ${'
-        + sched.job_id_var
-        + ':-?}, chain link $PMC_CHAIN_INDEX)" >&2',
+        f"PMC_SITE_NAME={q(site.name)}",
+        "export PMC_JOB_ID PMC_CHAIN_INDEX PMC_SITE_NAME",
     ]
     if max_jobs > 1:
-        assert script_path is not None
-        lines += [
-            f'if [ "$rc" -eq {EXIT_INCOMPLETE} ] && [ "$PMC_CHAIN_INDEX" -lt {max_jobs} ]; then',
-            "    PMC_CHAIN_INDEX=$((PMC_CHAIN_INDEX + 1))",
-            "    export PMC_CHAIN_INDEX",
-            '    echo "pmc: workflow incomplete; submitting job $PMC_CHAIN_INDEX'
-            f' of {max_jobs}" >&2',
-            *("    " + line for line in sched.chain_lines(q(script_path), site)),
-            f'elif [ "$rc" -eq {EXIT_INCOMPLETE} ]; then',
-            f'    echo "pmc: workflow incomplete after {max_jobs} jobs; chain ends" >&2',
-            "fi",
-        ]
+        lines += _chain_start(sched, dag)
+    lines += [
+        "# A TERM at the time limit must not end this script before pmc has saved its",
+        "# state; pmc gets the signal itself.",
+        "pmc_term=0",
+        "trap 'pmc_term=1; echo \"pmc: batch script got SIGTERM\" >&2' TERM",
+        shlex.join(launch),
+        "rc=$?",
+        'echo "pmc: run exited with status $rc (job ${PMC_JOB_ID:-?}, chain link'
+        ' $PMC_CHAIN_INDEX)" >&2',
+    ]
+    if max_jobs > 1:
+        lines += _chain_end(sched, site, max_jobs, script_path)
     lines += sched.epilogue(site)
     lines.append('exit "$rc"')
     return "\n".join(lines) + "\n"
+
+
+def _chain_start(sched: Scheduler, dag: str) -> list[str]:
+    chain_file = shlex.quote(chain_file_of(dag))
+    return [
+        "# The chain's id is its first job's id; the chain file beside the DAG lists",
+        "# every link (`pmc jobs status` reads it), the index maps job ids to it.",
+        'PMC_CHAIN_ID="${PMC_CHAIN_ID:-$PMC_JOB_ID}"',
+        "export PMC_CHAIN_ID",
+        f"pmc_chain_file={chain_file}",
+        'case "$pmc_chain_file" in /*) ;; *) pmc_chain_file="$PWD/$pmc_chain_file" ;; esac',
+        'pmc_chain_index="${PMC_CHAINS_DIR:-${XDG_STATE_HOME:-$HOME/.local/state}'
+        '/pmc/chains}"',
+        "pmc_chain_note() {",
+        "    printf '%s chain=%s %s\\n' \"$(date -u +%Y-%m-%dT%H:%M:%SZ)\" \"$PMC_CHAIN_ID\""
+        ' "$*" >>"$pmc_chain_file" || echo "pmc: cannot write $pmc_chain_file" >&2',
+        "}",
+        "pmc_chain_link() {",
+        '    mkdir -p "$pmc_chain_index" 2>/dev/null'
+        " && printf '%s\\n' \"$pmc_chain_file\" >\"$pmc_chain_index/${1//[^A-Za-z0-9._-]/_}\"",
+        "}",
+        "pmc_chain_link \"$PMC_JOB_ID\"",
+        f"pmc_chain_note link=\"$PMC_CHAIN_INDEX\" job=\"$PMC_JOB_ID\" event=started"
+        f" scheduler={sched.name}" ' host="${HOSTNAME:-?}"',
+    ]
+
+
+def _chain_end(sched: Scheduler, site: Site, max_jobs: int, script_path: str | None) -> list[str]:
+    q = shlex.quote
+    # $0 is the batch system's copy of the script it runs (Slurm's slurm_script, PBS's
+    # .SC file, the file given to bash for local jobs): the text of this very link,
+    # whatever the user named the file or whether it still exists.
+    fallback = (
+        [
+            f"    elif [ -f {q(script_path)} ] && grep -qxF {q(CHAIN_MARK)} {q(script_path)}; then",
+            f"        pmc_self={q(script_path)}",
+        ]
+        if script_path is not None
+        else []
+    )
+    submit = ["        " + line for line in sched.chain_lines(site)]
+    return [
+        'pmc_outcome=""',
+        "case $rc in",
+        "    0) pmc_outcome=succeeded ;;",
+        "    1) pmc_outcome=failed ;;",
+        "    2) pmc_outcome=usage-error ;;",
+        "    3) pmc_outcome=incomplete ;;",
+        "    *) pmc_outcome=ended ;;",
+        "esac",
+        f'if [ "$rc" -eq {EXIT_INCOMPLETE} ]; then',
+        '    pmc_status=$rc',
+        '    pmc_next=""',
+        '    pmc_self=""',
+        '    if [ "$pmc_term" = 1 ]; then',
+        '        echo "pmc: the batch system stopped this job (SIGTERM): no follow-up;'
+        ' the chain $PMC_CHAIN_ID ends at link $PMC_CHAIN_INDEX (submit again to resume)" >&2',
+        "        pmc_outcome=stopped",
+        f'    elif [ "$PMC_CHAIN_INDEX" -ge {max_jobs} ]; then',
+        f'        echo "pmc: workflow incomplete after {max_jobs} jobs; chain ends" >&2',
+        "        pmc_outcome=max-jobs",
+        f'    elif [ -f "$0" ] && grep -qxF {q(CHAIN_MARK)} "$0"; then',
+        '        pmc_self="$0"',
+        *fallback,
+        "    else",
+        '        echo "pmc: cannot find this script\'s text to submit the follow-up ($0 is not'
+        ' it); the chain ends: submit the script again to resume" >&2',
+        "        pmc_outcome=no-follow-up",
+        "    fi",
+        '    if [ -n "$pmc_self" ]; then',
+        "        PMC_CHAIN_INDEX=$((PMC_CHAIN_INDEX + 1))",
+        "        export PMC_CHAIN_INDEX",
+        *submit,
+        "        PMC_CHAIN_INDEX=$((PMC_CHAIN_INDEX - 1))",
+        '        if [ -n "$pmc_next" ]; then',
+        '            echo "pmc: workflow incomplete; submitted job $pmc_next as link'
+        f' $((PMC_CHAIN_INDEX + 1)) of at most {max_jobs} in chain $PMC_CHAIN_ID;'
+        ' this link ends as a success" >&2',
+        '            pmc_chain_link "$pmc_next"',
+        '            pmc_chain_note link="$((PMC_CHAIN_INDEX + 1))" job="$pmc_next"'
+        ' event=submitted by="$PMC_JOB_ID"',
+        "            pmc_outcome=continued",
+        "            rc=0",
+        "        else",
+        '            echo "pmc: could not submit the follow-up job; the chain ends" >&2',
+        "            pmc_outcome=no-follow-up",
+        "        fi",
+        "    fi",
+        "else",
+        "    pmc_status=$rc",
+        "fi",
+        'pmc_chain_note link="$PMC_CHAIN_INDEX" job="$PMC_JOB_ID" event=ended'
+        ' status="$pmc_status" outcome="$pmc_outcome" next="${pmc_next:--}"',
+    ]
+
+
+def chain_file_of(dag: str) -> str:
+    """Where a chain's links are recorded: beside the DAG."""
+    return f"{dag}.chain"
 
 
 def write_script(path: str | Path, text: str) -> None:

@@ -1,8 +1,11 @@
 """The ``script``, ``submit`` and ``jobs`` subcommands of ``pmc``.
 
-Owns argument parsing for the batch side and turning errors into one message on
-stderr and an exit code (never a traceback). ``add_commands`` plugs them into the
-main ``pmc`` parser; ``python -m pmc.adapters.cli`` runs them on their own.
+Owns argument parsing for the batch side (the site profile, with ``$PMC_SITE`` or
+``~/.config/pmc/site.yaml`` as default, and per-submit overrides such as ``--walltime``
+and ``--set KEY=VALUE``), what ``submit`` tells the user (job id, resolved walltime,
+the chain it starts), ``jobs status`` showing whole chains, and turning errors into one
+message on stderr and an exit code (never a traceback). ``add_commands`` plugs them
+into the main ``pmc`` parser; ``python -m pmc.adapters.cli`` runs them on their own.
 """
 
 from __future__ import annotations
@@ -14,10 +17,29 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from pmc.site import Site, SiteError, load_site
+from pmc.site import (
+    Override,
+    Site,
+    SiteError,
+    default_site_path,
+    hms,
+    load_site,
+    override,
+    parse_set,
+)
 
+from . import chain as chains
 from . import scheduler_for
-from .base import AdapterError, Scheduler, default_script_path, render_script, write_script
+from .base import (
+    AdapterError,
+    JobStatus,
+    Scheduler,
+    chain_file_of,
+    default_script_path,
+    minutes_text,
+    render_script,
+    write_script,
+)
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # a scheduler command failed
@@ -25,10 +47,25 @@ EXIT_USAGE = 2  # bad profile, DAG or arguments
 
 DEFAULT_MAX_JOBS = 10
 
+# Dedicated override options: (option, profile key, metavar).
+OVERRIDES = [
+    ("--walltime", "walltime", "TIME"),
+    ("--queue", "queue", "NAME"),
+    ("--nodes", "nodes", "N"),
+    ("--ranks-per-node", "ranks_per_node", "N"),
+    ("--account", "account", "NAME"),
+    ("--reservation", "reservation", "NAME"),
+    ("--job-name", "job_name", "NAME"),
+]
+
 
 def _fail(message: str, code: int) -> int:
     print(f"pmc: error: {message}", file=sys.stderr)
     return code
+
+
+def _note(message: str) -> None:
+    print(f"pmc: {message}", file=sys.stderr)
 
 
 def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
@@ -67,10 +104,55 @@ def _check_dag(dag: str) -> None:
         raise SiteError(str(e)) from e
 
 
+def _overrides(args: argparse.Namespace) -> list[Override]:
+    # --set first, then the dedicated options: a dedicated option wins over --set.
+    out = [parse_set(text) for text in args.set or ()]
+    for option, key, _ in OVERRIDES:
+        value = getattr(args, key)
+        if value is not None:
+            out.append(override(option, key, value))
+    return out
+
+
+def _site_path(args: argparse.Namespace) -> tuple[str, str | None]:
+    """The profile to load and, when it was not given with --site, where it came from."""
+    if args.site is not None:
+        return args.site, None
+    found = default_site_path()
+    if found is None:
+        raise SiteError(
+            "no site profile: give --site FILE, set $PMC_SITE, or write one to "
+            "$XDG_CONFIG_HOME/pmc/site.yaml (default ~/.config/pmc/site.yaml)"
+        )
+    return found
+
+
+def _load(args: argparse.Namespace) -> Site:
+    path, origin = _site_path(args)
+    site = load_site(path, _overrides(args))
+    if origin is not None:
+        _note(f"site profile {path} (from {origin})")
+    return site
+
+
+def walltime_words(site: Site) -> str:
+    if site.walltime is None or site.margin is None:
+        return (
+            "no walltime in the profile: the scheduler's default limit applies and "
+            "pmc run has no --max-wall-time"
+        )
+    mwt = site.max_wall_time_minutes
+    assert mwt is not None
+    return (
+        f"walltime {hms(site.walltime)}; pmc run --max-wall-time {minutes_text(mwt)} "
+        f"(stops {hms(site.margin)} before the limit)"
+    )
+
+
 def _script_text(
     args: argparse.Namespace, absolute: bool = False
 ) -> tuple[Site, Scheduler, str, str]:
-    site = load_site(args.site)
+    site = _load(args)
     sched = scheduler_for(site.scheduler)
     dag: str = args.dag
     path = args.script_path or default_script_path(dag, site.scheduler)
@@ -78,7 +160,10 @@ def _script_text(
         # A submitted job (and every follow-up of a chain) must find the DAG and the
         # script wherever its setup lines or its batch system leave it.
         dag, path = os.path.abspath(dag), os.path.abspath(path)
-    text = render_script(sched, site, dag, script_path=path, max_jobs=_max_jobs(args))
+    # Printed scripts fall back on --script-path only when given: the default path
+    # may hold another script, or none (the script normally resubmits $0).
+    fallback = path if absolute or args.script_path else None
+    text = render_script(sched, site, dag, script_path=fallback, max_jobs=_max_jobs(args))
     return site, sched, path, text
 
 
@@ -96,7 +181,16 @@ def cmd_submit(args: argparse.Namespace) -> int:
     write_script(path, text)
     job_id = sched.submit(path, site)
     print(job_id)
-    print(f"pmc: submitted {path} to {sched.name} as job {job_id}", file=sys.stderr)
+    _note(f"submitted {path} to {sched.name} as job {job_id}")
+    _note(walltime_words(site))
+    max_jobs = _max_jobs(args)
+    if max_jobs > 1:
+        chain_file = Path(chain_file_of(os.path.abspath(args.dag)))
+        chains.record(chain_file, job_id, 1, job_id, "submitted")
+        _note(
+            f"chain {job_id}: up to {max_jobs} jobs, recorded in {chain_file}; "
+            f"`pmc jobs status {job_id}` shows every link"
+        )
     return EXIT_OK
 
 
@@ -105,6 +199,9 @@ def _scheduler_of(args: argparse.Namespace) -> Scheduler:
         return scheduler_for(load_site(args.site).scheduler)
     if args.scheduler is not None:
         return scheduler_for(args.scheduler)
+    default = default_site_path()
+    if default is not None:
+        return scheduler_for(load_site(default[0]).scheduler)
     found = [
         name
         for name, tool in (("slurm", "sbatch"), ("pbs", "qsub"), ("loadleveler", "llsubmit"))
@@ -119,25 +216,58 @@ def _scheduler_of(args: argparse.Namespace) -> Scheduler:
     return scheduler_for(found[0])
 
 
+def _is_dag_argument(arg: str) -> bool:
+    return arg.endswith((".dag", ".chain")) or Path(arg).is_file()
+
+
+def _chain_report(chain: chains.Chain, args: argparse.Namespace) -> str:
+    name = chain.scheduler
+    sched = scheduler_for(name) if name else _scheduler_of(args)
+    statuses: dict[str, JobStatus | str] = {}
+    for link in chain.ordered():
+        try:
+            statuses[link.job_id] = sched.status(link.job_id)
+        except AdapterError as e:
+            statuses[link.job_id] = str(e)
+    return chains.render(chain, statuses)
+
+
 @_guarded
 def cmd_status(args: argparse.Namespace) -> int:
-    sched = _scheduler_of(args)
-    for job_id in args.job_ids:
-        print(sched.status(job_id))
+    shown: set[tuple[str, str]] = set()
+    for arg in args.job_ids:
+        chain = chains.chain_of_dag(arg) if _is_dag_argument(arg) else chains.chain_of_job(arg)
+        if chain is None:
+            print(_scheduler_of(args).status(arg))
+            continue
+        key = (str(chain.path), chain.chain_id)
+        if key not in shown:
+            shown.add(key)
+            print(_chain_report(chain, args))
     return EXIT_OK
 
 
 @_guarded
 def cmd_cancel(args: argparse.Namespace) -> int:
     sched = _scheduler_of(args)
+    code = EXIT_OK
     for job_id in args.job_ids:
-        sched.cancel(job_id)
-        print(f"pmc: cancelled {sched.name} job {job_id}", file=sys.stderr)
-    return EXIT_OK
+        try:
+            before = sched.cancel(job_id)
+        except AdapterError as e:
+            code = _fail(str(e), EXIT_FAILED)
+            continue
+        _note(f"cancelled {sched.name} job {job_id} (was {before.state.value})")
+    return code
 
 
 def _script_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--site", required=True, metavar="SITE.yaml", help="site profile (YAML)")
+    p.add_argument(
+        "--site",
+        metavar="SITE.yaml",
+        help="site profile (YAML); default: $PMC_SITE, else "
+        "$XDG_CONFIG_HOME/pmc/site.yaml (~/.config/pmc/site.yaml)",
+    )
     p.add_argument(
         "--script-path",
         metavar="PATH",
@@ -155,13 +285,24 @@ def _script_options(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"most jobs in an --until-done chain (default {DEFAULT_MAX_JOBS})",
     )
+    g = p.add_argument_group(
+        "overrides", "change the profile for this script only; validated like the file"
+    )
+    for option, key, metavar in OVERRIDES:
+        g.add_argument(option, dest=key, metavar=metavar, help=f"profile key {key}")
+    g.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="any profile key, dotted for nested ones (pmc.tries=3, host.memory=16G, "
+        "environment.OMP_NUM_THREADS=4); repeatable",
+    )
     p.add_argument("dag", metavar="workflow.dag")
 
 
 def _job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--site", metavar="SITE.yaml", help="take the scheduler from this profile")
     p.add_argument("--scheduler", choices=["slurm", "pbs", "loadleveler", "local"])
-    p.add_argument("job_ids", nargs="+", metavar="ID")
 
 
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -184,11 +325,18 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
     p = sub.add_parser("jobs", help="status or cancel of submitted jobs")
     jobs = p.add_subparsers(dest="jobs_command", metavar="{status,cancel}", required=True)
-    s = jobs.add_parser("status", help="print each job's state")
+    s = jobs.add_parser(
+        "status",
+        help="print each job's state; a chain's link or DAG shows the whole chain",
+    )
     _job_options(s)
+    s.add_argument(
+        "job_ids", nargs="+", metavar="ID|DAG", help="job id, or a DAG whose chain to show"
+    )
     s.set_defaults(func=cmd_status)
-    c = jobs.add_parser("cancel", help="cancel jobs")
+    c = jobs.add_parser("cancel", help="cancel queued or running jobs")
     _job_options(c)
+    c.add_argument("job_ids", nargs="+", metavar="ID")
     c.set_defaults(func=cmd_cancel)
 
 

@@ -1,5 +1,6 @@
 """IBM LoadLeveler: ``# @ keyword = value`` lines closed by ``# @ queue``, ``llsubmit``,
-status from ``llq -l``, ``llcancel``; ranks start with ``poe``.
+status from ``llq -l`` (a waiting job's status word and hold date are its reason),
+``llcancel``; ranks start with ``poe``.
 
 LoadLeveler keywords have no quoting: a value runs to the end of its line and is
 never given to a shell (the lines are shell comments), so values are checked to be
@@ -11,9 +12,9 @@ from __future__ import annotations
 
 import re
 
-from pmc.site import Site
+from pmc.site import Site, hms
 
-from .base import AdapterError, JobState, JobStatus, Scheduler, hms, one_line, run_command
+from .base import AdapterError, JobState, JobStatus, Scheduler, one_line, run_command
 
 # llq -l "Status:" words (and the short codes of plain llq) → JobState.
 STATES: dict[str, JobState] = {
@@ -55,12 +56,23 @@ STATES: dict[str, JobState] = {
 
 _SUBMITTED = re.compile(r'The job "([^"]+)" has been submitted')
 _STATUS = re.compile(r"^\s*Status:\s*(.+?)\s*$", re.MULTILINE)
+_HOLD_UNTIL = re.compile(r"^\s*Hold Job Until:[ \t]*(\S.*?)\s*$", re.MULTILINE)
 
 
 def parse_llq(stdout: str) -> str | None:
     """The Status word of ``llq -l ID``; None when llq has no job to report."""
     m = _STATUS.search(stdout)
     return m.group(1) if m else None
+
+
+def parse_llq_reason(stdout: str) -> str | None:
+    """Why a LoadLeveler job waits: its status (Idle, Deferred, User Hold, Not
+    Queued...) and, for a deferred job, the date it is held until."""
+    status = parse_llq(stdout)
+    if status is None:
+        return None
+    hold = _HOLD_UNTIL.search(stdout)
+    return f"{status} until {hold.group(1)}" if hold else status
 
 
 class LoadLeveler(Scheduler):
@@ -123,8 +135,13 @@ class LoadLeveler(Scheduler):
         # One job step per file: the step id is the job id with ".0".
         return m.group(1) + ".0"
 
-    def chain_lines(self, script_q: str, site: Site) -> list[str]:
-        return [f'llsubmit {script_q} || echo "pmc: could not submit the follow-up job" >&2']
+    def chain_lines(self, site: Site) -> list[str]:
+        # llsubmit: The job "host.domain.123" has been submitted.  → step host.domain.123.0
+        return [
+            'pmc_next="$(llsubmit "$pmc_self")" || pmc_next=""',
+            "pmc_next=\"$(printf '%s\\n' \"$pmc_next\""
+            " | sed -n 's/.*The job \"\\(.*\\)\" has been submitted.*/\\1.0/p')\"",
+        ]
 
     def status(self, job_id: str) -> JobStatus:
         proc = run_command(["llq", "-l", job_id], check=False)
@@ -135,7 +152,9 @@ class LoadLeveler(Scheduler):
                 return JobStatus(job_id, JobState.UNKNOWN, "not in queue (finished or unknown)")
             detail = (proc.stderr or proc.stdout).strip() or f"exit code {proc.returncode}"
             raise AdapterError(f"loadleveler job {job_id}: llq does not know it: {detail}")
-        return JobStatus(job_id, self.state_of(native), native)
+        state = self.state_of(native)
+        reason = parse_llq_reason(proc.stdout) if state is JobState.PENDING else None
+        return JobStatus(job_id, state, native, reason=reason)
 
     def cancel_argv(self, job_id: str) -> list[str]:
         return ["llcancel", job_id]

@@ -1,6 +1,12 @@
 """PBS Professional and Torque: ``#PBS`` directives (PBS Pro ``select``/``place``,
 Torque ``nodes=N:ppn=R``), ``qsub``, status from ``qstat -f`` (PBS Pro ``qstat -x -f``
-for finished jobs), ``qdel``. Chained jobs use ``-W depend=afterany``.
+for finished jobs; the ``comment`` attribute says why a job waits), ``qdel``. Chained
+jobs use ``-W depend=afterany``.
+
+Ranks start with the site's own MPI (``mpiexec`` of a TM-aware build, bind model) or
+``aprun``: a launcher that reaches the other nodes through PBS's TM interface, so PBS
+tracks and accounts every rank. The pip MPI's ``mpiexec`` has no TM launcher and would
+start remote ranks over ssh, outside the job.
 """
 
 from __future__ import annotations
@@ -8,9 +14,9 @@ from __future__ import annotations
 import re
 import shlex
 
-from pmc.site import Site
+from pmc.site import Site, hms
 
-from .base import AdapterError, JobState, JobStatus, Scheduler, hms, run_command
+from .base import AdapterError, JobState, JobStatus, Scheduler, run_command
 
 # job_state letters of qstat -f. F (PBS Pro) and C (Torque) are decided by Exit_status.
 STATES: dict[str, JobState] = {
@@ -54,6 +60,13 @@ def parse_qstat_f(stdout: str) -> dict[str, str]:
             # Long values wrap onto tab-indented continuation lines.
             attrs[last] += line.strip()
     return attrs
+
+
+def reason_from_attrs(attrs: dict[str, str]) -> str | None:
+    """Why a job waits, from the server's or the scheduler's ``comment`` attribute
+    (``Not Running: Insufficient amount of resource: ncpus``); None when absent."""
+    text = attrs.get("comment", "").strip()
+    return text or None
 
 
 def state_from_attrs(attrs: dict[str, str]) -> tuple[JobState, str, str | None]:
@@ -136,10 +149,12 @@ class Pbs(Scheduler):
                 return word
         raise AdapterError(f"qsub printed no job id: {stdout.strip()!r}")
 
-    def chain_lines(self, script_q: str, site: Site) -> list[str]:
+    def chain_lines(self, site: Site) -> list[str]:
+        # -v passes the chain's variables from this shell (qsub exports no environment
+        # without -V); qsub prints the new job's id.
         return [
-            f'qsub -W "depend=afterany:$PBS_JOBID" -v PMC_CHAIN_INDEX {script_q}'
-            ' || echo "pmc: could not submit the follow-up job" >&2'
+            'pmc_next="$(qsub -W "depend=afterany:$PBS_JOBID" -v PMC_CHAIN_ID,PMC_CHAIN_INDEX'
+            ' "$pmc_self")" || pmc_next=""',
         ]
 
     def status(self, job_id: str) -> JobStatus:
@@ -152,8 +167,10 @@ class Pbs(Scheduler):
         if "job_state" not in proc.stdout:
             detail = (proc.stderr or proc.stdout).strip() or f"exit code {proc.returncode}"
             raise AdapterError(f"pbs job {job_id}: qstat does not know it: {detail}")
-        state, native, code = state_from_attrs(parse_qstat_f(proc.stdout))
-        return JobStatus(job_id, state, native, code)
+        attrs = parse_qstat_f(proc.stdout)
+        state, native, code = state_from_attrs(attrs)
+        reason = reason_from_attrs(attrs) if not state.finished else None
+        return JobStatus(job_id, state, native, code, reason)
 
     def cancel_argv(self, job_id: str) -> list[str]:
         return ["qdel", job_id]

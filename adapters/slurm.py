@@ -1,6 +1,7 @@
-"""Slurm: ``#SBATCH`` directives, ``sbatch --parsable``, status from squeue, then
-``scontrol show job`` (works without accounting until MinJobAge), then sacct;
-``scancel``. Chained jobs use ``--dependency=afterany``.
+"""Slurm: ``#SBATCH`` directives, ``sbatch --parsable``, status (with the pending
+``Reason``) from squeue, then ``scontrol show job`` (works without accounting until
+MinJobAge), then sacct; ``scancel`` (checked: it exits 0 for unknown jobs). Chained
+jobs use ``--dependency=afterany``.
 """
 
 from __future__ import annotations
@@ -8,9 +9,16 @@ from __future__ import annotations
 import re
 import shlex
 
-from pmc.site import Site
+from pmc.site import Site, hms
 
-from .base import AdapterError, CommandError, JobState, JobStatus, Scheduler, hms, run_command
+from .base import (
+    AdapterError,
+    CommandError,
+    JobState,
+    JobStatus,
+    Scheduler,
+    run_command,
+)
 
 STATES: dict[str, JobState] = {
     "PENDING": JobState.PENDING,
@@ -41,12 +49,31 @@ STATES: dict[str, JobState] = {
 
 _JOB_ID = re.compile(r"^\s*(\d+(?:_\d+)?)(?:;\S+)?\s*$")
 _FIELD = re.compile(r"(?:^|\s)(JobState|ExitCode)=(\S+)")
+# Reason= runs to the next " Key=" (a reason may hold spaces: "Reason=Resources" or
+# "Reason=launch failed requeued held").
+_REASON = re.compile(r"(?:^|\s)Reason=(.*?)(?=\s+[A-Za-z_/:]+=|\s*$)", re.MULTILINE)
+SQUEUE_FORMAT = "%T|%r"
+
+
+def _reason(text: str | None) -> str | None:
+    text = (text or "").strip()
+    return None if text in ("", "None", "(null)") else text
 
 
 def parse_squeue(stdout: str) -> str | None:
-    """The state word from ``squeue -h -j ID -o %T``; None when the job is not listed."""
-    words = stdout.split()
-    return words[0] if words else None
+    """The state word from ``squeue -h -j ID -o %T|%r``; None when the job is not listed."""
+    parsed = parse_squeue_reason(stdout)
+    return parsed[0] if parsed else None
+
+
+def parse_squeue_reason(stdout: str) -> tuple[str, str | None] | None:
+    """(state, reason) from ``squeue -h -j ID -o '%T|%r'``; the reason is None when
+    Slurm gives none. None when the job is not listed."""
+    for line in stdout.splitlines():
+        if line.strip():
+            state, _, reason = line.strip().partition("|")
+            return state.strip(), _reason(reason)
+    return None
 
 
 def parse_scontrol(stdout: str) -> tuple[str, str | None] | None:
@@ -55,6 +82,11 @@ def parse_scontrol(stdout: str) -> tuple[str, str | None] | None:
     if "JobState" not in fields:
         return None
     return fields["JobState"], fields.get("ExitCode")
+
+
+def parse_scontrol_reason(stdout: str) -> str | None:
+    m = _REASON.search(stdout)
+    return _reason(m.group(1)) if m else None
 
 
 def parse_sacct(stdout: str) -> tuple[str, str | None] | None:
@@ -116,27 +148,31 @@ class Slurm(Scheduler):
                 return m.group(1)
         raise AdapterError(f"sbatch printed no job id: {stdout.strip()!r}")
 
-    def chain_lines(self, script_q: str, site: Site) -> list[str]:
+    def chain_lines(self, site: Site) -> list[str]:
         # afterany: the follow-up starts once this job has ended, whatever its state,
-        # so the nodes and the DAG lock are free again.
+        # so the nodes and the DAG lock are free again. --parsable prints ID[;CLUSTER].
         return [
-            f'sbatch --parsable --dependency="afterany:$SLURM_JOB_ID" {script_q}'
-            ' || echo "pmc: could not submit the follow-up job" >&2'
+            'pmc_next="$(sbatch --parsable --dependency="afterany:$SLURM_JOB_ID"'
+            ' "$pmc_self")" || pmc_next=""',
+            'pmc_next="${pmc_next%%;*}"',
         ]
 
     def status(self, job_id: str) -> JobStatus:
-        squeue = run_command(["squeue", "-h", "-j", job_id, "-o", "%T"], check=False)
+        squeue = run_command(["squeue", "-h", "-j", job_id, "-o", SQUEUE_FORMAT], check=False)
         if squeue.returncode == 0:
-            native = parse_squeue(squeue.stdout)
-            if native is not None:
-                return JobStatus(job_id, self.state_of(native), native)
+            listed = parse_squeue_reason(squeue.stdout)
+            if listed is not None:
+                native, reason = listed
+                return JobStatus(job_id, self.state_of(native), native, reason=reason)
         # Finished (or unknown to squeue): scontrol still knows it until MinJobAge.
         show = run_command(["scontrol", "show", "job", job_id], check=False)
         if show.returncode == 0:
             parsed = parse_scontrol(show.stdout)
             if parsed is not None:
                 native, code = parsed
-                return JobStatus(job_id, self.state_of(native), native, code)
+                state = self.state_of(native)
+                reason = parse_scontrol_reason(show.stdout) if not state.finished else None
+                return JobStatus(job_id, state, native, code, reason)
         try:
             acct = run_command(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State,ExitCode"])
         except CommandError as e:

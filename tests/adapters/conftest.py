@@ -100,6 +100,9 @@ def fakes(tmp_path: Path) -> Fakes:
         FAKE_REAL_MPIEXEC=real_mpiexec,
         PMC_LOCAL_JOBS=str(state / "local-jobs"),
         PYTHONPATH=str(REPO),
+        # The chain index and the default profile: never the user's own.
+        XDG_STATE_HOME=str(tmp_path / "xdg-state"),
+        XDG_CONFIG_HOME=str(tmp_path / "xdg-config"),
     )
     (work / "diamond.dag").write_text(DIAMOND)
     return Fakes(bin_dir, state, env, work)

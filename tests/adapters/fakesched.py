@@ -5,7 +5,10 @@ mpiexec, aprun, poe, apptainer) first on PATH.
 Every call is recorded (argv, cwd, the scheduler variables it saw) as one JSON line in
 ``$FAKE_STATE/calls.jsonl``. A submit gives the next job id and runs the script at once
 in real bash with the scheduler's environment; its exit status decides the job's
-state. Launchers start the command with the real MPICH ``mpiexec -n RANKS``
+state. With ``$FAKE_HOLD`` set, a submitted job stays queued instead, with that text as
+the reason it waits (Slurm ``Reason``, PBS ``comment``, LoadLeveler status), until it
+is cancelled. Cancel commands answer as the real ones do for unknown jobs (``scancel``
+says nothing and exits 0). Launchers start the command with the real MPICH ``mpiexec -n RANKS``
 (``$FAKE_REAL_MPIEXEC``) so the DAG really runs on several ranks. Status commands
 answer in the scheduler's own format for finished jobs.
 """
@@ -71,20 +74,40 @@ def run_job(job_id: str, script: str, env: dict[str, str], cwd: str) -> int:
     return rc
 
 
-def job_rc(job_id: str) -> int | None:
+def job_info(job_id: str) -> dict[str, object] | None:
     f = STATE / f"job-{job_id}.json"
     if not f.exists():
         return None
-    rc: int = json.loads(f.read_text())["rc"]
+    info: dict[str, object] = json.loads(f.read_text())
+    return info
+
+
+def job_rc(job_id: str) -> int | None:
+    info = job_info(job_id)
+    if info is None or info.get("pending"):
+        return None
+    rc = info["rc"]
+    assert isinstance(rc, int)
     return rc
 
 
-def cancel(job_id: str) -> int:
-    f = STATE / f"job-{job_id}.json"
-    if not f.exists():
-        print(f"fake: no such job {job_id}", file=sys.stderr)
-        return 1
-    f.write_text(json.dumps({"rc": 271, "cancelled": True}))
+def held(job_id: str) -> bool:
+    """Keep the job queued (``$FAKE_HOLD``): it never runs unless cancelled."""
+    reason = os.environ.get("FAKE_HOLD")
+    if not reason:
+        return False
+    (STATE / f"job-{job_id}.json").write_text(json.dumps({"pending": True, "reason": reason}))
+    return True
+
+
+def cancel(tool: str, job_id: str) -> int:
+    info = job_info(job_id)
+    if info is None or not info.get("pending"):
+        if tool == "scancel":
+            return 0  # the real scancel says nothing for unknown or ended jobs
+        print(f"{tool}: Unknown Job Id {job_id}", file=sys.stderr)
+        return 153
+    (STATE / f"job-{job_id}.json").write_text(json.dumps({"rc": 271, "cancelled": True}))
     return 0
 
 
@@ -95,19 +118,35 @@ def sbatch(args: list[str]) -> int:
     env.update(SLURM_SUBMIT_DIR=os.getcwd(), SLURM_JOB_NODELIST="localhost", SLURM_NNODES="1")
     print(job_id)
     sys.stdout.flush()
-    run_job(job_id, script, env, os.getcwd())
+    if not held(job_id):
+        run_job(job_id, script, env, os.getcwd())
     return 0
+
+
+def squeue(args: list[str]) -> int:
+    job_id = args[args.index("-j") + 1]
+    info = job_info(job_id)
+    if info is None:
+        print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
+        return 1
+    if info.get("pending"):
+        print(f"PENDING|{info['reason']}")
+    return 0  # finished jobs are not listed; exit 0, as the real squeue
 
 
 def scontrol(args: list[str]) -> int:
     job_id = args[-1]
-    rc = job_rc(job_id)
-    if rc is None:
+    info = job_info(job_id)
+    if info is None:
         print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
         return 1
-    cancelled = json.loads((STATE / f"job-{job_id}.json").read_text()).get("cancelled")
-    state = "CANCELLED" if cancelled else ("COMPLETED" if rc == 0 else "FAILED")
-    print(f"JobId={job_id} JobName=fake\n   JobState={state} Reason=None Dependency=(null)")
+    if info.get("pending"):
+        state, reason, rc = "PENDING", str(info["reason"]), 0
+    else:
+        rc = int(str(info["rc"]))
+        reason = "None"
+        state = "CANCELLED" if info.get("cancelled") else ("COMPLETED" if rc == 0 else "FAILED")
+    print(f"JobId={job_id} JobName=fake\n   JobState={state} Reason={reason} Dependency=(null)")
     print(f"   Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode={rc}:0")
     return 0
 
@@ -124,12 +163,18 @@ def qsub(args: list[str]) -> int:
     print(job_id)
     sys.stdout.flush()
     # PBS starts the job script in $HOME, not where qsub ran.
-    run_job(job_id, script, env, str(home))
+    if not held(job_id):
+        run_job(job_id, script, env, str(home))
     return 0
 
 
 def qstat(args: list[str]) -> int:
     job_id = args[-1]
+    info = job_info(job_id)
+    if info is not None and info.get("pending"):
+        print(f"Job Id: {job_id}\n    Job_Name = fake\n    job_state = Q\n    queue = workq")
+        print(f"    comment = {info['reason']}")
+        return 0
     rc = job_rc(job_id)
     if rc is None or "-x" not in args:
         # A finished job has left the live queue; PBS Pro keeps it for qstat -x.
@@ -153,11 +198,17 @@ def llsubmit(args: list[str]) -> int:
     env.update(LOADL_TOTAL_TASKS=str(ranks), LOADL_JOB_NAME="fake", LOADL_STEP_INITDIR=os.getcwd())
     print(f'llsubmit: The job "{job_id}" has been submitted.')
     sys.stdout.flush()
-    run_job(step, script, env, os.getcwd())
+    if not held(step):
+        run_job(step, script, env, os.getcwd())
     return 0
 
 
 def llq(args: list[str]) -> int:
+    info = job_info(args[-1])
+    if info is not None and info.get("pending"):
+        print(f"===== Job Step {args[-1]} =====\n        Job Step Id: {args[-1]}")
+        print(f"             Status: {info['reason']}\n      Hold Job Until:")
+        return 0
     print("llq: There is currently no job status to report.")
     return 0
 
@@ -199,11 +250,11 @@ def main() -> int:
     if tool == "sbatch":
         return sbatch(args)
     if tool == "squeue":
-        return 0  # finished jobs are not listed; exit 0, as the real squeue
+        return squeue(args)
     if tool == "scontrol":
         return scontrol(args)
     if tool in ("scancel", "qdel", "llcancel"):
-        return cancel(args[-1])
+        return cancel(tool, args[-1])
     if tool == "qsub":
         return qsub(args)
     if tool == "qstat":

@@ -1,10 +1,13 @@
 """Submit → run → status → cancel through fake scheduler commands for every scheduler
 and launcher: the generated script really runs in bash with the scheduler's
-environment, and the DAG really runs on several MPI ranks."""
+environment, and the DAG really runs on several MPI ranks. Chains run both ways:
+``pmc submit --until-done`` and ``pmc script --until-done`` saved and submitted by
+hand."""
 
 from __future__ import annotations
 
 import itertools
+import re
 import time
 from pathlib import Path
 
@@ -61,15 +64,43 @@ def test_submit_runs_the_dag_through_the_fakes(
         assert f"{job_id} COMPLETED" in status.stdout
 
 
-def test_pbs_status_and_cancel_use_qstat_and_qdel(fakes: Fakes) -> None:
+def test_pbs_status_shows_the_comment_and_cancel_uses_qdel(fakes: Fakes) -> None:
     site = fakes.profile("site.yaml", base_profile("pbs"))
+    fakes.env["FAKE_HOLD"] = "Not Running: Insufficient amount of resource: ncpus"
     job_id = fakes.pmc("submit", "--site", str(site), "diamond.dag", check=True).stdout.strip()
-    fakes.pmc("jobs", "cancel", "--scheduler", "pbs", job_id, check=True)
+    status = fakes.pmc("jobs", "status", "--scheduler", "pbs", job_id, check=True)
+    assert status.stdout.strip() == (
+        f"{job_id} PENDING (native: Q, reason: Not Running: Insufficient amount of "
+        "resource: ncpus)"
+    )
+    proc = fakes.pmc("jobs", "cancel", "--scheduler", "pbs", job_id, check=True)
+    assert f"cancelled pbs job {job_id} (was PENDING)" in proc.stderr
     assert fakes.calls("qdel")[0]["argv"] == [job_id]
     status = fakes.pmc("jobs", "status", "--scheduler", "pbs", job_id, check=True)
     assert f"{job_id} CANCELLED" in status.stdout
-    # Live qstat first, then the PBS Pro history.
-    assert [c["argv"] for c in fakes.calls("qstat")] == [["-f", job_id], ["-x", "-f", job_id]]
+    # Cancelling it again is an error: it has ended.
+    proc = fakes.pmc("jobs", "cancel", "--scheduler", "pbs", job_id)
+    assert proc.returncode == 1
+    assert f"pbs job {job_id}: not cancelled: it has already ended (CANCELLED" in proc.stderr
+    assert len(fakes.calls("qdel")) == 1
+
+
+def test_slurm_pending_reason_and_cancel(fakes: Fakes) -> None:
+    site = fakes.profile("site.yaml", base_profile("slurm"))
+    fakes.env["FAKE_HOLD"] = "Resources"
+    job_id = fakes.pmc("submit", "--site", str(site), "diamond.dag", check=True).stdout.strip()
+    status = fakes.pmc("jobs", "status", "--site", str(site), job_id, check=True)
+    assert status.stdout.strip() == f"{job_id} PENDING (native: PENDING, reason: Resources)"
+    fakes.pmc("jobs", "cancel", "--site", str(site), job_id, check=True)
+    assert fakes.calls("scancel")[0]["argv"] == [job_id]
+
+
+def test_loadleveler_pending_status_is_the_reason(fakes: Fakes) -> None:
+    site = fakes.profile("site.yaml", base_profile("loadleveler"))
+    fakes.env["FAKE_HOLD"] = "Deferred"
+    job_id = fakes.pmc("submit", "--site", str(site), "diamond.dag", check=True).stdout.strip()
+    status = fakes.pmc("jobs", "status", "--site", str(site), job_id, check=True)
+    assert status.stdout.strip() == f"{job_id} PENDING (native: Deferred, reason: Deferred)"
 
 
 def test_slurm_cancel_and_status_of_unknown_job(fakes: Fakes) -> None:
@@ -77,9 +108,21 @@ def test_slurm_cancel_and_status_of_unknown_job(fakes: Fakes) -> None:
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
     assert "999" in proc.stderr and "sacct" in proc.stderr
+    # scancel itself exits 0 for an unknown id: pmc asks first and refuses.
     proc = fakes.pmc("jobs", "cancel", "--scheduler", "slurm", "999")
     assert proc.returncode == 1
-    assert "scancel 999" in proc.stderr and "no such job" in proc.stderr
+    assert proc.stderr.startswith("pmc: error: slurm job 999: not cancelled: ")
+    assert "cancelled slurm job" not in proc.stderr
+    assert fakes.calls("scancel") == []
+
+
+def test_cancel_of_a_finished_job_is_an_error(fakes: Fakes) -> None:
+    site = fakes.profile("site.yaml", base_profile("slurm"))
+    job_id = fakes.pmc("submit", "--site", str(site), "diamond.dag", check=True).stdout.strip()
+    proc = fakes.pmc("jobs", "cancel", "--site", str(site), job_id, "999")
+    assert proc.returncode == 1
+    assert f"slurm job {job_id}: not cancelled: it has already ended (COMPLETED" in proc.stderr
+    assert "slurm job 999: not cancelled" in proc.stderr  # every id is answered
 
 
 def test_failed_task_reports_failed_job(fakes: Fakes) -> None:
@@ -108,21 +151,55 @@ def test_container_line_runs_pmc_inside_the_image(fakes: Fakes) -> None:
     assert rescue_done(fakes.work / "diamond.dag.rescue") == ["A", "B", "C", "D"]
 
 
+def _wait_local(fakes: Fakes, job_id: str) -> None:
+    for _ in range(600):  # the job runs detached: wait for its exit record
+        if (fakes.state / "local-jobs" / f"{job_id}.rc").exists():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"local job {job_id} left no exit record")
+
+
 def test_local_scheduler_runs_detached_and_reports_status(fakes: Fakes) -> None:
     data = base_profile("local")
     del data["walltime"]
     site = fakes.profile("site.yaml", data)
     job_id = fakes.pmc("submit", "--site", str(site), "diamond.dag", check=True).stdout.strip()
-    assert job_id.isdigit()
-
-    for _ in range(600):  # the job runs detached: wait for its exit record
-        if (fakes.state / "local-jobs" / f"{job_id}.rc").exists():
-            break
-        time.sleep(0.1)
+    pid, start = job_id.split("-")
+    assert pid.isdigit() and start.isdigit()
+    _wait_local(fakes, job_id)
     status = fakes.pmc("jobs", "status", "--scheduler", "local", job_id, check=True)
     assert f"{job_id} COMPLETED" in status.stdout
     assert rescue_done(fakes.work / "diamond.dag.rescue") == ["A", "B", "C", "D"]
     assert "I am D" in (fakes.work / "diamond.dag.local.sh.out").read_text()
+    proc = fakes.pmc("jobs", "cancel", "--scheduler", "local", job_id)
+    assert proc.returncode == 1 and "it has already ended (COMPLETED" in proc.stderr
+
+
+def test_local_job_is_not_confused_with_a_process_that_reuses_its_pid(fakes: Fakes) -> None:
+    # A live process with the job's PID but another start time (what PID reuse looks
+    # like): the job is not running, and cancel must not signal that process.
+    import os
+    import subprocess
+
+    other = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        stat = Path(f"/proc/{other.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        assert stat[19].isdigit()
+        reused = f"{other.pid}-{int(stat[19]) + 1}"
+        status = fakes.pmc("jobs", "status", "--scheduler", "local", reused, check=True)
+        assert status.stdout.strip().startswith(f"{reused} UNKNOWN")
+        proc = fakes.pmc("jobs", "cancel", "--scheduler", "local", reused)
+        assert proc.returncode == 1 and "not cancelled" in proc.stderr
+        assert other.poll() is None, "cancel signalled a process that is not the job"
+        # The bare PID is refused, with what to give instead.
+        proc = fakes.pmc("jobs", "status", "--scheduler", "local", str(other.pid))
+        assert proc.returncode == 1 and "expected PID-STARTTIME" in proc.stderr
+        mine = f"{other.pid}-{stat[19]}"
+        status = fakes.pmc("jobs", "status", "--scheduler", "local", mine, check=True)
+        assert status.stdout.strip().startswith(f"{mine} RUNNING")
+    finally:
+        os.killpg(other.pid, 15)
+        other.wait()
 
 
 def _parallel_dag(n: int, seconds: int) -> str:
@@ -133,32 +210,115 @@ def _parallel_dag(n: int, seconds: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _chain_lines(fakes: Fakes, dag: str) -> list[dict[str, str]]:
+    text = (fakes.work / f"{dag}.chain").read_text()
+    return [dict(w.split("=", 1) for w in line.split()[1:]) for line in text.splitlines()]
+
+
+def _check_chain(fakes: Fakes, dag: str, submit_tool: str, n_tasks: int) -> list[str]:
+    """Every link but the last ended as a success and named its follow-up; the last
+    link's exit status is the workflow's; no finished task ran twice. The job ids of
+    the links, in order."""
+    submits = fakes.calls(submit_tool)
+    assert len(submits) >= 2
+    ended = {int(e["link"]): e for e in _chain_lines(fakes, dag) if e["event"] == "ended"}
+    links = sorted(ended)
+    assert links == list(range(1, len(submits) + 1))
+    jobs = [ended[i]["job"] for i in links]
+    assert len(set(jobs)) == len(jobs) and {e["chain"] for e in ended.values()} == {jobs[0]}
+    for i in links[:-1]:
+        assert (ended[i]["status"], ended[i]["outcome"]) == ("3", "continued")
+        assert ended[i]["next"] == jobs[i]
+        assert fakes.calls and _job_rc(fakes, jobs[i - 1]) == 0, "a continued link failed"
+    assert (ended[links[-1]]["status"], ended[links[-1]]["outcome"]) == ("0", "succeeded")
+    assert _job_rc(fakes, jobs[-1]) == 0
+    names = sorted(f"t{i}" for i in range(n_tasks))
+    assert rescue_done(fakes.work / f"{dag}.rescue") == names
+    ran = (fakes.work / "ran.txt").read_text().split()
+    assert sorted(ran) == names, "a finished task ran again"
+    out = fakes.job_output()
+    for i in links[:-1]:
+        assert (
+            f"submitted job {jobs[i]} as link {i + 1} of at most 8 in chain {jobs[0]}; "
+            "this link ends as a success" in out
+        )
+    return jobs
+
+
+def _job_rc(fakes: Fakes, job_id: str) -> int:
+    import json
+
+    rc: int = json.loads((fakes.state / f"job-{job_id}.json").read_text())["rc"]
+    return rc
+
+
 def test_until_done_chain_resumes_until_the_workflow_succeeds(fakes: Fakes) -> None:
-    # 8 tasks of 2 s on 2 workers = 16 s of work; each job may run 5 s (walltime 0:15
-    # less a 10 s margin), so the chain needs several jobs.
+    # 8 tasks of 2 s on 2 workers = 8 s of work; each job may run 5 s (walltime
+    # 00:00:15 less a 10 s margin), so the chain needs several jobs.
     (fakes.work / "par.dag").write_text(_parallel_dag(8, 2))
-    data = base_profile("pbs", walltime="0:15", walltime_margin="0:10")
+    data = base_profile("pbs", walltime="00:00:15", walltime_margin="00:00:10")
     site = fakes.profile("site.yaml", data)
     proc = fakes.pmc("submit", "--site", str(site), "--until-done", "--max-jobs", "8", "par.dag")
     assert proc.returncode == 0, proc.stderr
+    first = proc.stdout.strip()
+    assert f"pmc: chain {first}: up to 8 jobs" in proc.stderr
     submits = fakes.calls("qsub")
-    assert len(submits) >= 2
-    # Follow-ups depend on the job before them and carry the chain index.
+    # Follow-ups depend on the job before them and carry the chain's id and index.
     for prev, nxt in itertools.pairwise(submits):
         assert "-W" in nxt["argv"] and any(a.startswith("depend=afterany:") for a in nxt["argv"])
+        assert nxt["env"]["PMC_CHAIN_ID"] == first
         assert (
             int(nxt["env"]["PMC_CHAIN_INDEX"]) == int(prev["env"].get("PMC_CHAIN_INDEX", "1")) + 1
         )
-    assert rescue_done(fakes.work / "par.dag.rescue") == sorted(f"t{i}" for i in range(8))
-    ran = (fakes.work / "ran.txt").read_text().split()
-    assert sorted(ran) == sorted(f"t{i}" for i in range(8)), "a finished task ran again"
-    assert "pmc: run exited with status 0" in fakes.job_output()
+    jobs = _check_chain(fakes, "par.dag", "qsub", 8)
+    assert jobs[0] == first
+
+    # Any link's id, or the DAG, shows the whole chain.
+    for arg in (jobs[1], "par.dag"):
+        status = fakes.pmc("jobs", "status", "--scheduler", "pbs", arg, check=True)
+        lines = status.stdout.splitlines()
+        assert lines[0].startswith(f"chain {first} (") and lines[0].endswith(
+            f": {len(jobs)} links, succeeded"
+        )
+        for i, job in enumerate(jobs[:-1], 1):
+            assert lines[i] == (
+                f"  link {i}: job {job} COMPLETED (native: F, exit 0); pmc run exit 3: "
+                f"incomplete by design, continued as job {jobs[i]}"
+            )
+        assert lines[-1].endswith("pmc run exit 0: workflow succeeded")
+
+
+@pytest.mark.parametrize(("scheduler", "submit_tool"), [("slurm", "sbatch"), ("pbs", "qsub")])
+def test_until_done_script_saved_and_submitted_by_hand(
+    fakes: Fakes, scheduler: str, submit_tool: str
+) -> None:
+    # `pmc script --until-done > job.sh && sbatch job.sh`: the follow-ups are the
+    # batch system's copy of job.sh ($0), not a file pmc would have written.
+    (fakes.work / "par.dag").write_text(_parallel_dag(8, 2))
+    data = base_profile(scheduler, walltime="00:00:15", walltime_margin="00:00:10")
+    site = fakes.profile("site.yaml", data)
+    proc = fakes.pmc("script", "--site", str(site), "--until-done", "--max-jobs", "8", "par.dag")
+    assert proc.returncode == 0, proc.stderr
+    (fakes.work / "job.sh").write_text(proc.stdout)
+    import subprocess
+
+    sub = subprocess.run(
+        [submit_tool, "job.sh"], cwd=fakes.work, env=fakes.env, capture_output=True, text=True
+    )
+    assert sub.returncode == 0, sub.stderr
+    assert not (fakes.work / f"par.dag.{scheduler}.sh").exists()
+    jobs = _check_chain(fakes, "par.dag", submit_tool, 8)
+    # Follow-ups were submitted from the spooled copy of job.sh.
+    for call in fakes.calls(submit_tool)[1:]:
+        assert re.search(r"spool-[^/]*\.sh$", call["argv"][-1]), call["argv"]
+    status = fakes.pmc("jobs", "status", "--scheduler", scheduler, jobs[-1], check=True)
+    assert status.stdout.startswith(f"chain {jobs[0]} (")
 
 
 def test_until_done_chain_stops_at_max_jobs(fakes: Fakes) -> None:
     # A job runs at most 2 rounds of 2 tasks here: 12 tasks cannot finish in 2 jobs.
     (fakes.work / "par.dag").write_text(_parallel_dag(12, 2))
-    data = base_profile("slurm", walltime="0:15", walltime_margin="0:10")
+    data = base_profile("slurm", walltime="00:00:15", walltime_margin="00:00:10")
     site = fakes.profile("site.yaml", data)
     fakes.pmc(
         "submit", "--site", str(site), "--until-done", "--max-jobs", "2", "par.dag", check=True
@@ -169,3 +329,31 @@ def test_until_done_chain_stops_at_max_jobs(fakes: Fakes) -> None:
     assert "--dependency=afterany:100" in fakes.calls("sbatch")[1]["argv"]
     done = rescue_done(fakes.work / "par.dag.rescue")
     assert 0 < len(done) < 12
+    # The link that handed over succeeded; the last one carries the workflow's status.
+    assert (_job_rc(fakes, "100"), _job_rc(fakes, "101")) == (0, 3)
+    status = fakes.pmc("jobs", "status", "--scheduler", "slurm", "100", check=True)
+    assert status.stdout.splitlines()[0].endswith("2 links, ended incomplete (max-jobs)")
+
+
+def test_local_chain_runs_detached_links(fakes: Fakes) -> None:
+    (fakes.work / "par.dag").write_text(_parallel_dag(6, 2))
+    data = base_profile("local", walltime="00:00:15", walltime_margin="00:00:10")
+    site = fakes.profile("site.yaml", data)
+    first = fakes.pmc(
+        "submit", "--site", str(site), "--until-done", "--max-jobs", "8", "par.dag", check=True
+    ).stdout.strip()
+    deadline = time.monotonic() + 200
+    while True:
+        entries = _chain_lines(fakes, "par.dag")
+        last = [e for e in entries if e["event"] == "ended" and e["outcome"] != "continued"]
+        if last:
+            break
+        assert time.monotonic() < deadline, entries
+        time.sleep(0.5)
+    assert last[0]["outcome"] == "succeeded"
+    ended = sorted((int(e["link"]), e["job"]) for e in entries if e["event"] == "ended")
+    assert len(ended) >= 2 and ended[0][1] == first
+    for _, job in ended:
+        _wait_local(fakes, job)
+        status = fakes.pmc("jobs", "status", "--scheduler", "local", job).stdout
+        assert f"job {job} COMPLETED" in status

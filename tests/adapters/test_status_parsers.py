@@ -80,3 +80,31 @@ def test_loadleveler_llq_and_llsubmit() -> None:
     assert LoadLeveler().state_of("Idle") is JobState.PENDING
     job = LoadLeveler().parse_job_id(sample("llsubmit.txt"))
     assert job == "bp-login1.example.org.321.0"
+
+
+def test_pending_reasons() -> None:
+    from pmc.adapters.loadleveler import parse_llq_reason
+    from pmc.adapters.pbs import reason_from_attrs
+    from pmc.adapters.slurm import parse_scontrol_reason, parse_squeue_reason
+
+    # Captured from the real one-node Slurm: a job waiting behind one that holds
+    # every cpu, and one waiting on a dependency.
+    assert parse_squeue_reason(sample("slurm-squeue-pending.txt")) == ("PENDING", "Priority")
+    assert parse_squeue_reason(sample("slurm-squeue-dependency.txt")) == (
+        "PENDING",
+        "Dependency",
+    )
+    assert parse_scontrol_reason(sample("slurm-scontrol-pending.txt")) == "Priority"
+    assert parse_scontrol_reason(sample("slurm-scontrol-running.txt")) is None  # Reason=None
+    assert parse_squeue_reason("RUNNING|None\n") == ("RUNNING", None)
+    assert parse_scontrol_reason("   JobState=PENDING Reason=launch failed requeued held "
+                                 "Dependency=(null)\n") == "launch failed requeued held"
+    attrs = parse_qstat_f(sample("pbspro-qstat-f-queued.txt"))
+    assert reason_from_attrs(attrs) == (
+        "Not Running: Insufficient amount of resource: ncpus (R: 64 A: 32 T: 64)"
+    )
+    assert reason_from_attrs(parse_qstat_f(sample("torque-qstat-f-queued.txt"))) is None
+    assert parse_llq_reason(sample("llq-l-deferred.txt")) == (
+        "Deferred until Mon 23 Nov 2026 06:00:00 AM UTC"
+    )
+    assert LoadLeveler().state_of("Deferred") is JobState.PENDING

@@ -15,12 +15,17 @@
 # @ queue
 # pmc batch script for site example-loadleveler (loadleveler, launcher poe).
 # Every value from the profile is quoted; only the setup lines are raw shell.
+# walltime 03:00:00; pmc run stops by --max-wall-time 170 min, 00:10:00 before the limit.
+# Who this run is, for pmc run's logs and metrics.
+PMC_JOB_ID="${LOADL_STEP_ID:-}"
 PMC_CHAIN_INDEX="${PMC_CHAIN_INDEX:-1}"
-export PMC_CHAIN_INDEX
+PMC_SITE_NAME=example-loadleveler
+export PMC_JOB_ID PMC_CHAIN_INDEX PMC_SITE_NAME
 # A TERM at the time limit must not end this script before pmc has saved its
 # state; pmc gets the signal itself.
-trap 'echo "pmc: batch script got SIGTERM" >&2' TERM
+pmc_term=0
+trap 'pmc_term=1; echo "pmc: batch script got SIGTERM" >&2' TERM
 poe pmc run --host-cpus 16 --host-memory 32768 --max-wall-time 170 workflow.dag
 rc=$?
-echo "pmc: run exited with status $rc (job ${LOADL_STEP_ID:-?}, chain link $PMC_CHAIN_INDEX)" >&2
+echo "pmc: run exited with status $rc (job ${PMC_JOB_ID:-?}, chain link $PMC_CHAIN_INDEX)" >&2
 exit "$rc"

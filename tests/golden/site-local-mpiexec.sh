@@ -1,15 +1,22 @@
 #!/bin/bash
 # pmc batch script for site workstation (local, launcher mpiexec).
 # Every value from the profile is quoted; only the setup lines are raw shell.
-PMC_LOCAL_JOB_ID=$$
+# No walltime: the scheduler's default limit applies; pmc run has no limit.
+pmc_stat="$(cat /proc/$$/stat)"
+read -r -a pmc_stat <<<"${pmc_stat##*) }"
+PMC_LOCAL_JOB_ID="$$-${pmc_stat[19]}"
+# Who this run is, for pmc run's logs and metrics.
+PMC_JOB_ID="${PMC_LOCAL_JOB_ID:-}"
 PMC_CHAIN_INDEX="${PMC_CHAIN_INDEX:-1}"
-export PMC_CHAIN_INDEX
+PMC_SITE_NAME=workstation
+export PMC_JOB_ID PMC_CHAIN_INDEX PMC_SITE_NAME
 # A TERM at the time limit must not end this script before pmc has saved its
 # state; pmc gets the signal itself.
-trap 'echo "pmc: batch script got SIGTERM" >&2' TERM
+pmc_term=0
+trap 'pmc_term=1; echo "pmc: batch script got SIGTERM" >&2' TERM
 mpiexec -n 3 -ppn 3 pmc run workflow.dag
 rc=$?
-echo "pmc: run exited with status $rc (job ${PMC_LOCAL_JOB_ID:-?}, chain link $PMC_CHAIN_INDEX)" >&2
+echo "pmc: run exited with status $rc (job ${PMC_JOB_ID:-?}, chain link $PMC_CHAIN_INDEX)" >&2
 pmc_jobs="${PMC_LOCAL_JOBS:-$HOME/.cache/pmc/jobs}"
-mkdir -p "$pmc_jobs" && printf '%s\n' "$rc" > "$pmc_jobs/$$.rc"
+mkdir -p "$pmc_jobs" && printf '%s\n' "$rc" > "$pmc_jobs/$PMC_LOCAL_JOB_ID.rc"
 exit "$rc"

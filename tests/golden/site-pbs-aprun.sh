@@ -7,13 +7,18 @@
 #PBS -l mem=983040mb
 # pmc batch script for site example-torque-cray (pbs, launcher aprun).
 # Every value from the profile is quoted; only the setup lines are raw shell.
+# walltime 12:00:00; pmc run stops by --max-wall-time 705 min, 00:15:00 before the limit.
 cd "${PBS_O_WORKDIR:-.}" || exit 1
+# Who this run is, for pmc run's logs and metrics.
+PMC_JOB_ID="${PBS_JOBID:-}"
 PMC_CHAIN_INDEX="${PMC_CHAIN_INDEX:-1}"
-export PMC_CHAIN_INDEX
+PMC_SITE_NAME=example-torque-cray
+export PMC_JOB_ID PMC_CHAIN_INDEX PMC_SITE_NAME
 # A TERM at the time limit must not end this script before pmc has saved its
 # state; pmc gets the signal itself.
-trap 'echo "pmc: batch script got SIGTERM" >&2' TERM
+pmc_term=0
+trap 'pmc_term=1; echo "pmc: batch script got SIGTERM" >&2' TERM
 aprun -n 16 -N 1 -d 32 pmc run --host-script /u/sciteam/me/bin/start-memcached.sh --worker-slots 32 --host-cpus 32 --host-memory 61440 --max-wall-time 705 workflow.dag
 rc=$?
-echo "pmc: run exited with status $rc (job ${PBS_JOBID:-?}, chain link $PMC_CHAIN_INDEX)" >&2
+echo "pmc: run exited with status $rc (job ${PMC_JOB_ID:-?}, chain link $PMC_CHAIN_INDEX)" >&2
 exit "$rc"

@@ -15,18 +15,23 @@
 #SBATCH --mail-type=END
 # pmc batch script for site example-slurm (slurm, launcher srun).
 # Every value from the profile is quoted; only the setup lines are raw shell.
+# walltime 02:00:00; pmc run stops by --max-wall-time 110 min, 00:10:00 before the limit.
 module load python/3.11
 module load mpich
 export OMP_NUM_THREADS=1
 export SCRATCH_DIR=/scratch/proj123
 # setup: raw shell lines from the profile
 source /home/me/venvs/pmc/bin/activate
+# Who this run is, for pmc run's logs and metrics.
+PMC_JOB_ID="${SLURM_JOB_ID:-}"
 PMC_CHAIN_INDEX="${PMC_CHAIN_INDEX:-1}"
-export PMC_CHAIN_INDEX
+PMC_SITE_NAME=example-slurm
+export PMC_JOB_ID PMC_CHAIN_INDEX PMC_SITE_NAME
 # A TERM at the time limit must not end this script before pmc has saved its
 # state; pmc gets the signal itself.
-trap 'echo "pmc: batch script got SIGTERM" >&2' TERM
+pmc_term=0
+trap 'pmc_term=1; echo "pmc: batch script got SIGTERM" >&2' TERM
 srun --mpi=pmi2 --kill-on-bad-exit=1 --ntasks=32 --ntasks-per-node=8 --cpus-per-task=4 pmc run -m 10 -t 3 --worker-slots 1 --jobstate-log --host-cpus 32 --host-memory 122880 --max-wall-time 110 --log-format json --log-file pmc-log.jsonl --metrics-port 9400 --metrics-textfile pmc.prom workflow.dag
 rc=$?
-echo "pmc: run exited with status $rc (job ${SLURM_JOB_ID:-?}, chain link $PMC_CHAIN_INDEX)" >&2
+echo "pmc: run exited with status $rc (job ${PMC_JOB_ID:-?}, chain link $PMC_CHAIN_INDEX)" >&2
 exit "$rc"
