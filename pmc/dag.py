@@ -47,7 +47,6 @@ class _Options(NamedTuple):
     priority: int = 0
     pipe_forwards: tuple[tuple[str, str], ...] | None = None  # ((VAR, FILE), ...)
     file_forwards: tuple[tuple[str, str], ...] | None = None  # ((SRC, DEST), ...)
-    pegasus_id: str | None = None  # SEQ of a "#@ SEQ TRANSFORMATION DAX_ID" line
     expected_runtime: float | None = None  # seconds (extension option)
 
 
@@ -59,14 +58,18 @@ class Task:
     """One TASK record. ``id`` is its index in DAG order; ``command`` is the raw text of
     executable and arguments, split only at launch (``split_command``).
 
-    The eight options live in one immutable ``_Options`` shared by every task that
-    sets none of them, so a plain task costs five slots instead of twelve (a million
-    tasks: 48 MB less). They read and assign like plain attributes. ``line`` is kept as
+    The seven options live in one immutable ``_Options`` shared by every task that
+    sets none of them, and by tasks whose option text is the same (``-m 1 -c 1`` on
+    every line), so a task costs six slots instead of twelve (a million tasks: 48 MB
+    less). They read and assign like plain attributes. The Pegasus id, different for
+    every task that has one, has a slot of its own, left unset (None) by the others.
+    ``line`` is kept as
     its distance from ``id``: in a DAG without comments between its TASK lines that is
     one small number Python shares, not a 32-byte int per task.
     """
 
-    __slots__ = ("_line_after_id", "_options", "command", "id", "name")
+    __slots__ = ("_line_after_id", "_options", "_pegasus", "command", "id", "name")
+    _pegasus: str | int  # set only for a task with a Pegasus id
 
     def __init__(
         self,
@@ -87,7 +90,9 @@ class Task:
         self.id = id
         self.name = name
         self.command = command
-        self._line_after_id = line - id
+        if pegasus_id is not None:
+            self._pegasus = pegasus_id
+        self.line = line
         if (
             memory
             or cpus != 1
@@ -95,7 +100,6 @@ class Task:
             or priority
             or pipe_forwards is not None
             or file_forwards is not None
-            or pegasus_id is not None
             or expected_runtime is not None
         ):
             self._options = _Options(
@@ -105,20 +109,23 @@ class Task:
                 priority,
                 pipe_forwards,
                 file_forwards,
-                pegasus_id,
                 expected_runtime,
             )
         else:
             self._options = _DEFAULTS
 
+    # In a Pegasus DAG every TASK line follows its "#@" line: a task with a Pegasus id
+    # keeps its line as the distance from 2 * id, one shared small number again.
     @property
     def line(self) -> int:
         """The line of the DAG file the task was defined on (0: not from a file)."""
+        if hasattr(self, "_pegasus"):
+            return 2 * self.id + self._line_after_id
         return self.id + self._line_after_id
 
     @line.setter
     def line(self, value: int) -> None:
-        self._line_after_id = value - self.id
+        self._line_after_id = value - (2 * self.id if hasattr(self, "_pegasus") else self.id)
 
     @property
     def memory(self) -> int:
@@ -170,11 +177,22 @@ class Task:
 
     @property
     def pegasus_id(self) -> str | None:
-        return self._options.pegasus_id
+        """SEQ of the task's "#@ SEQ TRANSFORMATION DAX_ID" line, if it has one."""
+        try:
+            pegasus: str | int = self._pegasus
+        except AttributeError:  # the slot of a task without one is never set
+            return None
+        # The parser keeps a plain decimal SEQ as an int: 28 bytes, not 56.
+        return pegasus if type(pegasus) is str else str(pegasus)
 
     @pegasus_id.setter
     def pegasus_id(self, value: str | None) -> None:
-        self._options = self._options._replace(pegasus_id=value)
+        line = self.line
+        if value is not None:
+            self._pegasus = value
+        elif hasattr(self, "_pegasus"):
+            del self._pegasus
+        self.line = line
 
     @property
     def expected_runtime(self) -> float | None:
@@ -355,6 +373,14 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _FLOAT32 = struct.Struct("f")
+# A TASK line's options that take one value, separate words, the value not starting
+# with "-", up to the command (which does not start with "-" either): the text such
+# options are written as in generated DAGs. Matched in blocks _plain vouches for.
+_SIMPLE_OPTIONS = re.compile(
+    r"(?:(?:-[mctp]|--(?:request-memory|request-cpus|tries|priority|expected-runtime))"
+    r"[ \t\r]+[^- \t\r][^ \t\r]*[ \t\r]+)+(?=[^- \t\r])"
+)
+_KNOWN_OPTIONS = 4096  # distinct option texts kept: -p with a number per task is common
 _INT64 = 2**63 - 1  # option values travel to workers; keep them in a C long long
 # Bytes read and decoded at a time. Small enough that a block's bytes, text and lines
 # stay in the CPU's cache while its lines are parsed, and that these short-lived buffers
@@ -440,8 +466,13 @@ def _parse(path: str, f: BinaryIO, helper: EdgeHelper | None = None) -> DAG:
     add_parent = parents.append
     add_child = children.append
     add_line = edge_lines.append
-    pegasus: str | None = None
+    pegasus: str | int | None = None
     last_command = ""
+    known: dict[object, _Options] = {}  # option text (and _Options) -> shared _Options
+    last_prefix = "\n"  # the option text of the last line that had some (no line has this)
+    last_options = _DEFAULTS
+    cut = 1
+    simple_options = _SIMPLE_OPTIONS.match
     backward = False
     split = -1  # the byte offset from which EDGE lines are the helper's; -1: none are
     theirs = False  # are this block's EDGE lines the helper's?
@@ -485,15 +516,38 @@ def _parse(path: str, f: BinaryIO, helper: EdgeHelper | None = None) -> DAG:
                 add_line(lineno)
             elif kind == "TASK":
                 tid = len(tasks)
+                command = None
+                prefix = None
                 if (
                     len(parts) == 3
                     and parts[1][0] != "-"
-                    and (rest := parts[2])[0] != "-"
-                    and not (quoting and _has_quoting(rest))
+                    and not (quoting and _has_quoting(parts[2]))
                 ):
-                    # The common line: no options, no quotes. (_fields leaves no
-                    # trailing blank; rstrip() would also take Unicode spaces.)
-                    command = rest.rstrip() if plain else rest
+                    rest = parts[2]
+                    if rest[0] != "-":
+                        # The common line: no options, no quotes. (_fields leaves no
+                        # trailing blank; rstrip() would also take Unicode spaces.)
+                        command = rest.rstrip() if plain else rest
+                        options = _DEFAULTS
+                    elif (
+                        plain
+                        and rest.startswith(last_prefix)
+                        and rest[cut : cut + 1] not in "- \t\r"  # "" is in it too
+                    ):
+                        # The same options as the last line that had some.
+                        command = rest[cut:].rstrip()
+                        options = last_options
+                    elif plain and (m := simple_options(rest)) is not None:
+                        # Options as planners write them, the same on many lines
+                        # ("-m 1 -c 1"): parsed once (below), then shared.
+                        prefix = m.group()
+                        found = known.get(prefix)
+                        if found is not None:
+                            command = rest[m.end() :].rstrip()
+                            options = last_options = found
+                            last_prefix = prefix
+                            cut = len(prefix)
+                if command is not None:
                     # Generated DAGs often repeat one command: keep one copy of a run.
                     if command == last_command:
                         command = last_command
@@ -505,11 +559,20 @@ def _parse(path: str, f: BinaryIO, helper: EdgeHelper | None = None) -> DAG:
                     task.name = parts[1]
                     task.command = command
                     task._line_after_id = lineno - tid
-                    task._options = _DEFAULTS
+                    task._options = options
                 else:
                     task = _task(path, lineno, line, parts, tid)
+                    if prefix is not None and len(known) < _KNOWN_OPTIONS:
+                        # The options came from the prefix alone: the command starts
+                        # right after it. Equal options, one object.
+                        found = known[prefix] = known.get(task._options, task._options)
+                        known[task._options] = found
+                        task._options = last_options = found
+                        last_prefix = prefix
+                        cut = len(prefix)
                 if pegasus is not None:
-                    task.pegasus_id = pegasus
+                    task._pegasus = pegasus
+                    task._line_after_id = lineno - 2 * tid  # see Task.line
                     pegasus = None
                 if index.setdefault(task.name, tid) != tid:
                     first = tasks[index[task.name]].line
@@ -522,7 +585,18 @@ def _parse(path: str, f: BinaryIO, helper: EdgeHelper | None = None) -> DAG:
                 add_task(task)
             elif kind[0] == "#":
                 if kind.startswith("#@"):
-                    pegasus = _pegasus_seq(path, lineno, line)
+                    if (
+                        plain
+                        and kind == "#@"
+                        and len(parts) == 3
+                        and len(parts[2].split(None, 1)) == 2
+                    ):
+                        # "#@ SEQ TRANSFORMATION DAX_ID ...": an int when it reads back
+                        # the same (see Task.pegasus_id); ASCII in a _plain block.
+                        seq = parts[1]
+                        pegasus = int(seq) if seq.isdigit() and seq[0] != "0" else seq
+                    else:
+                        pegasus = _pegasus_seq(path, lineno, line)
             else:
                 raise DagError(
                     path,
@@ -731,6 +805,8 @@ def _task(path: str, lineno: int, line: str, parts: list[str], tid: int) -> Task
             command = trimmed
     elif i == n - 1:
         command = words[i]
+    elif i == 0:  # (re.split's maxsplit 0 would split every word)
+        command = rest.strip(_SPACE)
     else:
         command = _SPACE_RUN.split(rest.lstrip(_SPACE), i)[i].rstrip(_SPACE)
     return Task(

@@ -772,3 +772,83 @@ def test_run_unicode_spaces_reach_the_program_inside_words(tmp_path: Path) -> No
     r = run_dag(tmp_path, "TASK A /bin/echo a\u00a0b c\u3000d\x1ce\n")
     assert r.returncode == 0, r.stderr
     assert "a\u00a0b c\u3000d\x1ce\n" in r.stdout
+
+
+# --- the fast paths agree with the slow one --------------------------------------------------
+# Lines with options as planners write them, and "#@" lines, take shortcuts in the
+# parse loop; each must give what the general per-line code (_task, _pegasus_seq) gives.
+
+OPTION_WORDS = st.sampled_from([
+    "-m", "-c", "-t", "-p", "--request-memory", "--request-cpus", "--tries", "--priority",
+    "--expected-runtime", "-f", "--", "1", "0", "2.5", "-1", "x", "1e3", "A=/tmp/a", "10",
+])
+
+
+def slow_tasks(path: str, text: str) -> list[tuple[object, ...]] | str:
+    from pmc import dag as dagmod
+
+    out: list[tuple[object, ...]] = []
+    pegasus: str | None = None
+    for lineno, line in enumerate(text.split("\n"), 1):
+        parts = line.split(None, 2)
+        if not parts:
+            continue
+        try:
+            if parts[0] == "TASK":
+                t = dagmod._task(path, lineno, line, parts, len(out))
+                out.append((t.name, t.command, t.line, t.memory, t.cpus, t.tries, t.priority,
+                             t.pipe_forwards, t.expected_runtime, pegasus))
+                pegasus = None
+            elif parts[0].startswith("#@"):
+                pegasus = dagmod._pegasus_seq(path, lineno, line)
+        except DagError as e:
+            return str(e)
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.lists(OPTION_WORDS, max_size=6),
+                          st.sampled_from(["", "#@ 7 tr dax\n", "#@ 007 tr dax x\n",
+                                           "#@ 12 tr\n", "#@\t3\ttr\tdax\n", "#@x 1 2 3\n"]),
+                          st.sampled_from(["/bin/true a", "prog", "-x", "p\t", "p 'q r'"])),
+                max_size=8))
+def test_fast_paths_agree_with_the_slow_one(
+        lines: list[tuple[list[str], str, str]]) -> None:
+    text = "".join(f"{peg}TASK t{i} {' '.join(words)} {cmd}\n"
+                   for i, (words, peg, cmd) in enumerate(lines))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = write(Path(tmp), text)
+        expected = slow_tasks(path, text)
+        try:
+            got: object = [(t.name, t.command, t.line, t.memory, t.cpus, t.tries, t.priority,
+                            t.pipe_forwards, t.expected_runtime, t.pegasus_id)
+                           for t in parse_dag(path).tasks]
+        except DagError as e:
+            got = str(e)
+    assert got == expected
+
+
+def test_repeated_option_text_shares_one_options_object(tmp_path: Path) -> None:
+    dag = parse(tmp_path, "".join(f"TASK t{i} -m 1 -c 1 /bin/true {i}\n" for i in range(5))
+                + "TASK u -m 2 /bin/true\nTASK v -m 1 -c 1 /bin/true\n"
+                + "TASK w -m 1  -c 1 /bin/true\n#@ 9 tr dax\nTASK x -m 1 -c 1 -- -y\n")
+    opts = {id(t._options) for t in dag.tasks[:-1]}
+    assert len(opts) == 2  # "-m 1 -c 1" (however written) and "-m 2"
+    assert dag.tasks[-1]._options == dag.tasks[0]._options
+    assert [t.command for t in dag.tasks][-5:] == [
+        "/bin/true 4", "/bin/true", "/bin/true", "/bin/true", "-y"]
+    assert dag.tasks[-1].pegasus_id == "9" and dag.tasks[-1].line == 10
+
+
+def test_pegasus_ids_read_back_as_written(tmp_path: Path) -> None:
+    dag = parse(tmp_path, "#@ 12 tr dax\nTASK a p\n#@ 012 tr dax\nTASK b p\n"
+                          "#@ 0 tr dax\nTASK c p\n#@ 99999999999999999999999 tr dax\nTASK d p\n"
+                          "#@ \u0661 tr dax\nTASK e p\nTASK f p\n")
+    assert [t.pegasus_id for t in dag.tasks] == [
+        "12", "012", "0", "99999999999999999999999", "\u0661", None]
+    assert [t.line for t in dag.tasks] == [2, 4, 6, 8, 10, 11]
+    task = dag.tasks[5]
+    task.pegasus_id = "5"
+    assert (task.pegasus_id, task.line) == ("5", 11)
+    task.pegasus_id = None
+    assert (task.pegasus_id, task.line) == (None, 11)
