@@ -2,10 +2,14 @@
 
     python benchmarks/scale.py                       # 10k / 100k / 1M tasks, as many edges
     python benchmarks/scale.py --sizes 1000,10000 --edges local
+    python benchmarks/scale.py --sizes 1000000 --edges options,pegasus
 
 For each size and edge pattern a fresh interpreter (so RSS figures are its own):
 1. writes the DAG (n tasks, n edges; "local" edges join tasks at most 64 apart, as a
-   planner writes them, "random" ones join any earlier task to any later one),
+   planner writes them, "random" ones join any earlier task to any later one;
+   "options" is "local" with options on every TASK line, ``TASK t12 -m 1 -c 1 /bin/true
+   arg12``, and "pegasus" the same with a ``#@ SEQ TRANSFORMATION DAX_ID`` line before
+   each TASK, as Pegasus writes clustered jobs),
 2. times ``parse_dag`` (reading, validation, duplicate-edge and cycle checks) and takes
    the peak RSS after it; for a file big enough to get an edge helper (a second
    process resolving part of the EDGE lines, ``pmc.edgehelper``), its cpu, and its peak
@@ -78,6 +82,23 @@ class InstantTransport:
 
     def close(self) -> None:
         pass
+
+
+def write_with_options(path: Path, n: int, edges: int, pegasus: bool) -> None:
+    """The "local" DAG of ``write_big``, every TASK line with options (and, with
+    ``pegasus``, a ``#@`` line before it)."""
+    plain = path.with_suffix(".plain")
+    write_big(plain, n, edges, local=True)
+    with open(plain) as src, open(path, "w", buffering=1 << 20) as f:
+        for line in src:
+            if line.startswith("TASK "):
+                name = line.split(None, 2)[1]
+                i = int(name[5:])
+                if pegasus:
+                    f.write(f"#@ {i + 1} pegasus::transformation:1.0 ID{i + 1:07d}\n")
+                line = f"TASK {name} -m 1 -c 1 /bin/true arg{i}\n"
+            f.write(line)
+    plain.unlink()
 
 
 def peak_mb() -> float:
@@ -157,7 +178,8 @@ def measure(dag_path: str, workers: int, slots: int) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sizes", default="10000,100000,1000000")
-    p.add_argument("--edges", default="local,random", help="edge patterns: local, random")
+    p.add_argument("--edges", default="local,random,options,pegasus",
+                   help="DAG shapes: local, random, options, pegasus")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--slots", type=int, default=50, help="task slots per worker")
     p.add_argument("--keep", metavar="DIR", help="write DAGs into DIR and keep them")
@@ -182,7 +204,10 @@ def main(argv: list[str] | None = None) -> int:
         for n in [int(x) for x in args.sizes.split(",") if x]:
             path = work / f"scale-{pattern}-{n}.dag"
             if not path.exists():
-                write_big(path, n, n, local=pattern == "local")
+                if pattern in ("options", "pegasus"):
+                    write_with_options(path, n, n, pegasus=pattern == "pegasus")
+                else:
+                    write_big(path, n, n, local=pattern == "local")
             proc = subprocess.run(
                 [PYTHON, str(HERE / "scale.py"), "--child", str(path), "--workers",
                  str(args.workers), "--slots", str(args.slots)],
