@@ -204,6 +204,7 @@ _FIELD = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|[^,\]]*)')
 _RECORD_KEYS = ("id", "name", "status", "app", "cpus", "memory")
 _SUMMARY_KEYS = ("stat", "tasks", "submitted", "succeeded", "failed", "extra", "slots")
 HOST = socket.gethostname()
+_HOST_WORD = re.compile(r"(?<![\w.-])" + re.escape(HOST) + r"(?![\w-])")
 
 
 def fields(record: str) -> dict[str, str]:
@@ -225,7 +226,7 @@ def norm_summary(line: str) -> str:
 
 def norm_paths(text: str, run: Run) -> str:
     text = text.replace(str(run.dir.resolve()), "<DIR>").replace(str(run.dir), "<DIR>")
-    return text.replace(HOST, "<HOST>") if HOST else text
+    return _HOST_WORD.sub("<HOST>", text) if HOST else text
 
 
 def stdout_lines(text: str, run: Run) -> list[str]:
