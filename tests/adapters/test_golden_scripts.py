@@ -55,3 +55,32 @@ def test_script_matches_golden(profile: Path, max_jobs: int) -> None:
 def test_rendering_is_stable() -> None:
     site = load_site(PROFILES[0])
     assert script_for(site, "w.dag") == script_for(site, "w.dag")
+
+
+def test_pbs_examples_start_ranks_through_a_launcher_pbs_tracks() -> None:
+    # Under PBS an mpiexec without a TM launcher starts the other nodes' ranks over ssh,
+    # outside the job. The PBS examples use aprun, or ask mpiexec for its PBS launcher.
+    pbs = [s for s in map(load_site, PROFILES) if s.scheduler == "pbs"]
+    assert {s.launcher for s in pbs} == {"mpiexec", "aprun"}
+    for site in pbs:
+        if site.launcher == "mpiexec":
+            assert list(site.launcher_args[:2]) == ["-launcher", "pbs"], site.source
+            assert site.modules and site.setup, f"{site.source}: loads no site MPI"
+
+
+def test_pip_mpiexec_refuses_the_pbs_launcher_instead_of_using_ssh() -> None:
+    # What the PBS example does with the pip MPICH by mistake: fail at once, loudly.
+    import shutil
+
+    mpiexec = shutil.which("mpiexec")
+    if mpiexec is None:
+        pytest.skip("mpiexec (the mpi extra) is not installed")
+    proc = subprocess.run(
+        [mpiexec, "-launcher", "pbs", "-n", "1", "true"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert "unrecognized launcher: pbs" in proc.stdout + proc.stderr

@@ -11,7 +11,9 @@
 # Every value from the profile is quoted; only the setup lines are raw shell.
 # walltime 01:00:00; pmc run stops by --max-wall-time 54 min, 00:06:00 before the limit.
 cd "${PBS_O_WORKDIR:-.}" || exit 1
-module load cray-python
+module load mpich/4.2-pbs
+# setup: raw shell lines from the profile
+source /home/me/venvs/pmc-site-mpi/bin/activate
 # Who this run is, for pmc run's logs and metrics.
 PMC_JOB_ID="${PBS_JOBID:-}"
 PMC_CHAIN_INDEX="${PMC_CHAIN_INDEX:-1}"
@@ -21,7 +23,7 @@ export PMC_JOB_ID PMC_CHAIN_INDEX PMC_SITE_NAME
 # state; pmc gets the signal itself.
 pmc_term=0
 trap 'pmc_term=1; echo "pmc: batch script got SIGTERM" >&2' TERM
-mpiexec -n 8 -ppn 4 pmc run -t 2 --host-memory 65536 --max-wall-time 54 workflow.dag
+mpiexec -n 8 -ppn 4 -launcher pbs pmc run -t 2 --host-memory 65536 --max-wall-time 54 workflow.dag
 rc=$?
 echo "pmc: run exited with status $rc (job ${PMC_JOB_ID:-?}, chain link $PMC_CHAIN_INDEX)" >&2
 exit "$rc"

@@ -1,10 +1,11 @@
 """Real DAGs through the real one-node Slurm cluster (ci/slurm-up.sh): submit, status,
-a failing task then resume, cancel, and a continuation chain across allocations."""
+a failing task then resume, cancel (and cancel of an unknown job), the pending reason,
+and a continuation chain across allocations, both from ``pmc submit --until-done`` and
+from ``pmc script --until-done`` saved and submitted with sbatch by hand."""
 
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import time
@@ -19,9 +20,20 @@ REPO = Path(__file__).resolve().parents[2]
 PROFILE = REPO / "configs" / "site-slurm-local.yaml"
 
 
+def job_env(cwd: Path) -> dict[str, str]:
+    # The job inherits this environment (sbatch --export=ALL): put this Python's pmc first,
+    # and keep the chain index out of the user's own state directory.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PMC_")}
+    env.update(
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        XDG_STATE_HOME=str(cwd / ".state"),
+        XDG_CONFIG_HOME=str(cwd / ".config"),
+    )
+    return env
+
+
 def pmc(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    # The job inherits this environment (sbatch --export=ALL): put this Python's pmc first.
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    env = job_env(cwd)
     return subprocess.run(
         [sys.executable, "-m", "pmc", *args],
         cwd=cwd,
@@ -96,40 +108,125 @@ def test_cancel(tmp_path: Path) -> None:
     assert wait_finished(tmp_path, job_id).startswith(f"{job_id} CANCELLED")
 
 
-def test_until_done_chain_finishes_more_work_than_one_allocation(tmp_path: Path) -> None:
-    # 12 tasks of 6 s = 72 s of work; an allocation is 1 minute, and pmc run stops
-    # after 20 s (40 s margin), so no single job can finish the DAG.
-    lines = [
-        f"TASK t{i:02d} --expected-runtime 6 /bin/sh -c 'sleep 6; echo t{i:02d} >> ran.txt'"
-        for i in range(12)
-    ]
-    (tmp_path / "long.dag").write_text("\n".join(lines) + "\n")
-    profile = yaml.safe_load(PROFILE.read_text())
-    profile.update(walltime=1, walltime_margin="0:40")
-    site = tmp_path / "site.yaml"
-    site.write_text(yaml.safe_dump(profile))
-    first = submit(tmp_path, "--site", str(site), "--until-done", "--max-jobs", "6", "long.dag")
+def test_cancel_of_unknown_or_ended_job_is_an_error(tmp_path: Path) -> None:
+    # scancel itself exits 0 and says nothing for both.
+    proc = pmc(tmp_path, "jobs", "cancel", "--scheduler", "slurm", "987654")
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("pmc: error: slurm job 987654: not cancelled: ")
+    (tmp_path / "one.dag").write_text("TASK A /bin/true\n")
+    job_id = submit(tmp_path, "--site", str(PROFILE), "one.dag")
+    assert wait_finished(tmp_path, job_id).startswith(f"{job_id} COMPLETED")
+    proc = pmc(tmp_path, "jobs", "cancel", "--scheduler", "slurm", job_id)
+    assert proc.returncode == 1
+    assert f"slurm job {job_id}: not cancelled: it has already ended (COMPLETED" in proc.stderr
 
-    deadline = time.monotonic() + 240
-    links: dict[int, tuple[str, int]] = {}
+
+def test_pending_job_shows_the_reason(tmp_path: Path) -> None:
+    (tmp_path / "one.dag").write_text("TASK A /bin/true\n")
+    # Held at submission: Slurm says why it waits (JobHeldUser).
+    script = pmc(tmp_path, "script", "--site", str(PROFILE), "--set", "directives=[--hold]",
+                 "one.dag")
+    assert script.returncode == 0, script.stderr
+    (tmp_path / "held.sh").write_text(script.stdout)
+    job_id = subprocess.run(
+        ["sbatch", "--parsable", "held.sh"], cwd=tmp_path, env=job_env(tmp_path),
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    try:
+        status = pmc(tmp_path, "jobs", "status", "--scheduler", "slurm", job_id)
+        assert status.stdout.strip() == (
+            f"{job_id} PENDING (native: PENDING, reason: JobHeldUser)"
+        ), status.stdout + status.stderr
+        proc = pmc(tmp_path, "jobs", "cancel", "--scheduler", "slurm", job_id)
+        assert proc.returncode == 0 and "(was PENDING)" in proc.stderr
+    finally:
+        subprocess.run(["scancel", job_id], check=False)
+    assert wait_finished(tmp_path, job_id).startswith(f"{job_id} CANCELLED")
+
+
+def long_dag(cwd: Path) -> list[str]:
+    # 12 tasks of 6 s = 36 s of work on two workers; an allocation is 1 minute, and pmc
+    # run stops after 20 s (40 s margin), so no single job can finish the DAG.
+    names = [f"t{i:02d}" for i in range(12)]
+    lines = [
+        f"TASK {n} --expected-runtime 6 /bin/sh -c 'sleep 6; echo {n} >> ran.txt'"
+        for n in names
+    ]
+    (cwd / "long.dag").write_text("\n".join(lines) + "\n")
+    profile = yaml.safe_load(PROFILE.read_text())
+    profile.update(walltime=1, walltime_margin="00:00:40")
+    (cwd / "site.yaml").write_text(yaml.safe_dump(profile))
+    return names
+
+
+def chain_events(cwd: Path) -> list[dict[str, str]]:
+    path = cwd / "long.dag.chain"
+    if not path.exists():
+        return []
+    return [dict(w.split("=", 1) for w in ln.split()[1:]) for ln in path.read_text().splitlines()]
+
+
+def wait_chain(cwd: Path, limit: float = 300) -> list[tuple[str, str, str]]:
+    """Wait for the chain's last link to end; (job, pmc status, outcome) per link."""
+    deadline = time.monotonic() + limit
     while True:
-        links = {}
-        for out in tmp_path.glob("slurm-*.out"):
-            for m in re.finditer(
-                r"run exited with status (\d+) \(job (\d+), chain link (\d+)\)", out.read_text()
-            ):
-                links[int(m.group(3))] = (m.group(2), int(m.group(1)))
-        if any(code != 3 for _, code in links.values()):
-            break
-        assert time.monotonic() < deadline, f"chain did not finish: {links}"
+        ended = {int(e["link"]): e for e in chain_events(cwd) if e["event"] == "ended"}
+        if ended and ended[max(ended)]["outcome"] != "continued":
+            return [
+                (ended[i]["job"], ended[i]["status"], ended[i]["outcome"]) for i in sorted(ended)
+            ]
+        assert time.monotonic() < deadline, f"chain did not finish: {chain_events(cwd)}"
         time.sleep(1)
 
-    last = max(links)
-    assert last >= 2, links
-    assert links[1][0] == first
-    assert links[last][1] == 0, links
-    assert all(code == 3 for link, (_, code) in links.items() if link < last)
-    assert done(tmp_path / "long.dag.rescue") == [f"t{i:02d}" for i in range(12)]
-    ran = (tmp_path / "ran.txt").read_text().split()
-    assert sorted(ran) == [f"t{i:02d}" for i in range(12)], "a finished task ran again"
-    assert wait_finished(tmp_path, links[last][0]).split()[1] == "COMPLETED"
+
+def check_chain(cwd: Path, names: list[str], first: str) -> None:
+    links = wait_chain(cwd)
+    assert len(links) >= 2, links
+    assert links[0][0] == first
+    assert [(s, o) for _, s, o in links[:-1]] == [("3", "continued")] * (len(links) - 1)
+    assert links[-1][1:] == ("0", "succeeded"), links
+    assert done(cwd / "long.dag.rescue") == names
+    ran = (cwd / "ran.txt").read_text().split()
+    assert sorted(ran) == names, "a finished task ran again"
+    # Every link COMPLETED in Slurm (a link that handed over exits 0), and any link's id
+    # shows the whole chain.
+    jobs = [job for job, _, _ in links]
+    for job in jobs:
+        deadline = time.monotonic() + 60
+        while True:
+            report = pmc(cwd, "jobs", "status", "--scheduler", "slurm", job)
+            assert report.returncode == 0, report.stderr
+            lines = report.stdout.splitlines()
+            if all("COMPLETED (native: COMPLETED, exit 0:0)" in ln for ln in lines[1:]):
+                break
+            assert time.monotonic() < deadline, report.stdout
+            time.sleep(1)
+        assert lines[0].startswith(f"chain {first} (") and lines[0].endswith(
+            f": {len(jobs)} links, succeeded"
+        ), lines
+        assert [ln.split()[3] for ln in lines[1:]] == jobs
+    out = "".join((cwd / f"slurm-{job}.out").read_text() for job in jobs)
+    for i, job in enumerate(jobs[1:], 2):
+        assert f"submitted job {job} as link {i} of at most 6 in chain {first}" in out
+
+
+def test_until_done_chain_from_pmc_submit(tmp_path: Path) -> None:
+    names = long_dag(tmp_path)
+    first = submit(tmp_path, "--site", "site.yaml", "--until-done", "--max-jobs", "6", "long.dag")
+    check_chain(tmp_path, names, first)
+
+
+def test_until_done_script_submitted_by_hand(tmp_path: Path) -> None:
+    # pmc script --until-done > job.sh && sbatch job.sh
+    names = long_dag(tmp_path)
+    script = pmc(tmp_path, "script", "--site", "site.yaml", "--until-done", "--max-jobs", "6",
+                 "long.dag")
+    assert script.returncode == 0, script.stderr
+    (tmp_path / "job.sh").write_text(script.stdout)
+    sbatch = subprocess.run(
+        ["sbatch", "--parsable", "job.sh"], cwd=tmp_path, env=job_env(tmp_path),
+        capture_output=True, text=True, check=False,
+    )
+    assert sbatch.returncode == 0, sbatch.stderr
+    check_chain(tmp_path, names, sbatch.stdout.strip())
+    assert not (tmp_path / "long.dag.slurm.sh").exists()
