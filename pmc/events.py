@@ -55,6 +55,10 @@ class Summary:
     makespan: float
     held: int = 0
     per_host_runtime: dict[str, float] = field(default_factory=dict)
+    # As the reference's [cluster-summary] counts them: tries sent to workers, and tries
+    # that failed, retried or not (``submitted``/``failed`` above count tasks).
+    tries_submitted: int = 0
+    tries_failed: int = 0
 
     # The end-of-run figures, defined once for the log lines, the events and the metrics.
     @property

@@ -136,6 +136,12 @@ class Master:
             self.deadline = self.t0 + opts.max_wall_time * 60.0
         self.stop_reason: str | None = None  # set when the run is being stopped early
         self.gave_up = False  # tasks killed by the stop never reported: may still write
+        # Tries as the reference's [cluster-summary] counts them: every try sent to a
+        # worker, every try that failed (retried or not).
+        self.tries_submitted = 0
+        self.tries_failed = 0
+        # Tasks whose streamed pipe data (FORWARD) could not be written: task -> why.
+        self.forward_errors: dict[int, str] = {}
         self.stop_deadline: float | None = None
         self.signal_received: int | None = None
         self.runtime = 0.0
@@ -218,6 +224,12 @@ class Master:
             self.check_signal()
             if self.stop_reason:
                 raise Interrupted(self.stop_reason)
+        # Host ranks in rank order on each host (the lowest rank is 0), as the reference
+        # gives them, whatever order the workers registered in.
+        for host in self.resources.hosts.values():
+            host.workers.sort(key=lambda w: w.rank)
+            for i, w in enumerate(host.workers):
+                w.host_rank = i
         if log.enabled(log.DEBUG):
             for host in self.resources.hosts.values():
                 log.debug(f"Got new host: name={host.name}, mem={host.memory}, "
@@ -346,6 +358,8 @@ class Master:
                 elif tag == protocol.RETURNED:
                     # Handled at once: a worker sends it before any result that follows.
                     self.returned(msg[1])
+                elif tag == protocol.FORWARD:
+                    self.forwarded(msg[1], msg[2], msg[3])
                 elif tag == protocol.ERROR:
                     log.error(str(msg[1]))
                 elif tag == protocol.BYE:
@@ -362,9 +376,10 @@ class Master:
         return self.finish()
 
     def mark_ready(self, task_id: int) -> None:
-        if self.seq[task_id] == 0:
-            self.seq[task_id] = self.next_seq
-            self.next_seq += 1
+        # A new sequence number each time a task is queued, a retry too (2.0, then 3.0),
+        # as the reference numbers its submissions.
+        self.seq[task_id] = self.next_seq
+        self.next_seq += 1
         if self.debug:
             log.debug(f"Queueing task {self.dag.tasks[task_id].name}")
         self.emit("ready", self.dag.tasks[task_id], self.seq[task_id])
@@ -494,6 +509,7 @@ class Master:
                         task.pegasus_id, affinity, after)
 
     def emit_dispatched(self, task_id: int, worker: Worker) -> None:
+        self.tries_submitted += 1
         self.emit("dispatched", self.dag.tasks[task_id], self.seq[task_id],
                   self.engine.attempts[task_id], worker.rank, worker.host.name)
 
@@ -583,6 +599,8 @@ class Master:
                 self.first_start = res.start
             self.last_end = max(self.last_end, res.start + res.duration)
             error = res.error
+            if self.forward_errors and res.id in self.forward_errors:
+                error = error or self.forward_errors.pop(res.id)
             if res.status == 0 and error is None and res.forwards:
                 error = self.write_forwards(task.name, res.forwards)
             good.append((res, error))
@@ -638,7 +656,9 @@ class Master:
             outcome, newly = self.engine.complete(res.id, ok)
             io_failed = error is not None and res.error is None
             if io_failed:
-                res = res._replace(status=res.status or 1, error=error)
+                res = res._replace(status=res.status or protocol.FAILED_STATUS, error=error)
+            if not ok:
+                self.tries_failed += 1
             self.emit("result", task, self.seq[res.id], res, outcome.value)
             if outcome is Outcome.SUCCEEDED:
                 if self.debug:
@@ -657,6 +677,15 @@ class Master:
                         log.debug(f"Task {task.name} will be tried again (try "
                                   f"{res.attempt + 1} of {self.engine.tries_of(res.id)})")
                     self.mark_ready(res.id)
+
+    def forwarded(self, task_id: int, dest: str, data: bytes) -> None:
+        """A piece of a finished try's large pipe output, sent before its result (which
+        says it succeeded): written at once, as the reference writes its I/O messages."""
+        if task_id not in self.running or task_id in self.forward_errors:
+            return  # given up on, or already failed to write
+        error = self.write_forwards(self.dag.tasks[task_id].name, ((dest, data),))
+        if error is not None:
+            self.forward_errors[task_id] = error
 
     def write_forwards(self, name: str, forwards: tuple[tuple[str, bytes], ...]) -> str | None:
         for dest, data in forwards:
@@ -683,6 +712,7 @@ class Master:
                     worker.host.give_cpu_set(list(affinity))
             self.tails.pop(tid, None)
             self.next_of.pop(tid, None)
+            self.forward_errors.pop(tid, None)
             self.engine.requeue(tid)
             if self.stop_reason is None:
                 self.mark_ready(tid)
@@ -753,6 +783,7 @@ class Master:
             ok=ok, outcome=outcome, reason=reason, tasks=n,
             submitted=engine.nsubmitted, succeeded=engine.ndone - engine.recovered,
             failed=engine.nfailed, extra=engine.nretries, recovered=engine.recovered,
+            tries_submitted=self.tries_submitted, tries_failed=self.tries_failed,
             start=self.start, wall=wall, pid=os.getpid(), app=os.path.abspath(sys.argv[0]),
             runtime=self.runtime, cpu_time=self.cpu_time, slots=self.resources.total_slots,
             cpus=self.resources.total_cpus, workers=len(self.resources.workers),

@@ -9,6 +9,9 @@ worker has ready. The sequence of a run:
     master -> worker   START(host_rank, run_host_script)
     worker -> master   HOST_SCRIPT(ok, message)          (only the worker that ran it)
     master -> worker   TASKS([TaskSpec, ...])            (any number of times)
+    worker -> master   FORWARD(task id, destination, data)  (a piece of a finished task's
+                                                          large pipe output, before its
+                                                          result)
     worker -> master   RESULTS([TaskResult, ...])        (any number of times)
     master -> worker   RECALL()                          (give back queued tasks)
     worker -> master   RETURNED([task id, ...])          (queued tasks given back, unstarted)
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-VERSION = 2
+VERSION = 3  # 3: TaskResult.status is the raw wait status; FORWARD
 
 CONFIG = 1
 HELLO = 2
@@ -36,6 +39,12 @@ BYE = 9
 ERROR = 10  # worker -> master: the worker cannot go on (message)
 RECALL = 11
 RETURNED = 12
+FORWARD = 13
+
+# The status of a try that failed for a reason of pmc's, not the task's own exit: the
+# program could not be started, its output files not opened, its forwarded files not read
+# or written. As the reference, a wait status of exit code 1.
+FAILED_STATUS = 1 << 8
 
 Message = tuple[Any, ...]
 
@@ -80,10 +89,28 @@ class TaskSpec(NamedTuple):
 class TaskResult(NamedTuple):
     id: int
     attempt: int
-    status: int  # exit code, or -signal; 126/127 when the program could not be started
+    # The raw wait status, as the reference reports it (exit code N is N << 8, death by
+    # signal S is S; 0 is success). Read it through exit_code_of / signal_of / describe.
+    status: int
     start: float  # Unix time
     duration: float  # seconds, wall
     cpu_time: float  # user + system seconds of the task and its reaped children
     max_rss_kb: int
     error: str | None  # why the worker failed the task, if it did
     forwards: tuple[tuple[str, bytes], ...] | None  # (destination, data) to append
+
+
+def signal_of(status: int) -> int:
+    """The signal that ended a try with this raw wait status, or 0 if it exited."""
+    return status & 0x7F
+
+
+def exit_code_of(status: int) -> int:
+    """The exit code of a try with this raw wait status (0 if a signal ended it)."""
+    return 0 if status & 0x7F else (status >> 8) & 0xFF
+
+
+def describe(status: int) -> str:
+    """A raw wait status in words: ``exit code 2``, ``signal 9``."""
+    sig = status & 0x7F
+    return f"signal {sig}" if sig else f"exit code {(status >> 8) & 0xFF}"

@@ -56,10 +56,13 @@ def cluster_task_record(
 
 
 def cluster_summary_record(s: Summary) -> str:
+    """The reference's summary: ``submitted`` and ``failed`` count tries (a task tried
+    three times counts three times), ``succeeded`` the tasks that succeeded in this run,
+    and ``extra`` is always 0 (its retries show in ``submitted`` and ``failed``)."""
     stat = "ok" if s.ok else "failed"
     return (
-        f'[cluster-summary stat="{stat}", tasks={s.tasks}, submitted={s.submitted}, '
-        f"succeeded={s.succeeded}, failed={s.failed}, extra={s.extra}, "
+        f'[cluster-summary stat="{stat}", tasks={s.tasks}, submitted={s.tries_submitted}, '
+        f"succeeded={s.succeeded}, failed={s.tries_failed}, extra=0, "
         f'start="{iso_time(s.start)}", duration={s.wall:.3f}, pid={s.pid}, '
         f'app="{s.app}", runtime={s.runtime:.3f}, slots={s.slots}, cpus={s.cpus}]\n'
     )

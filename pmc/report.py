@@ -23,6 +23,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from pmc.protocol import describe
+
 EXIT_OK, EXIT_USAGE = 0, 2
 TERMINAL = ("task.finished", "task.failed")
 
@@ -231,14 +233,19 @@ def render(run: Run, fig: Figures, top: int = 10) -> str:
     w(f"Slowest tries (top {len(slow)}):")
     for t in slow:
         w(f"  {t.task} try {t.attempt}: {t.duration:.3f} s on {t.host or '?'} "
-          f"(status {t.status})")
+          f"(status {_status(t.status)})")
     failed = [t for t in run.tries if t.outcome != "succeeded"]
     w("")
     w(f"Failed tries: {len(failed)}")
     for t in failed:
         why = f": {t.error}" if t.error else ""
-        w(f"  {t.task} try {t.attempt}: status {t.status}, {t.outcome}{why}")
+        w(f"  {t.task} try {t.attempt}: status {_status(t.status)}, {t.outcome}{why}")
     return "\n".join(out) + "\n"
+
+
+def _status(status: int) -> str:
+    """A try's raw wait status with what it means: ``512 (exit code 2)``."""
+    return "0" if status == 0 else f"{status} ({describe(status)})"
 
 
 def write_plot(run: Run, fig: Figures, path: str) -> None:

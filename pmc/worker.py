@@ -21,6 +21,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from collections import deque
 from collections.abc import Callable
@@ -28,12 +29,23 @@ from typing import Any
 
 from pmc import log, protocol
 from pmc.dag import split_command
-from pmc.protocol import TaskResult, TaskSpec, WorkerConfig
+from pmc.protocol import (
+    FAILED_STATUS,
+    TaskResult,
+    TaskSpec,
+    WorkerConfig,
+    exit_code_of,
+    signal_of,
+)
 from pmc.records import cluster_task_record
 from pmc.transport import Transport, TransportError, look_interval
 
 FILE_FORWARD_LIMIT = 1 << 20  # the reference's limit for -F files
-PIPE_FORWARD_LIMIT = 16 << 20  # per task, all pipes together: the data travels in memory
+# Pipe forwarding has no limit (as the manual promises). A task's pipe data waits in
+# memory up to this much, all pipes together; beyond it each growing pipe goes on in an
+# unlinked temporary file, and reaches the master in FORWARD_CHUNK pieces.
+PIPE_MEMORY = 8 << 20
+FORWARD_CHUNK = 4 << 20
 KILL_GRACE = 3.0  # seconds between SIGTERM and SIGKILL of a task's process group
 # While every running task has its successor queued, results wait up to this long to
 # travel together: fewer messages for both ends, and the slots are not waiting. Embedded
@@ -42,6 +54,35 @@ RESULT_HOLD = 0.002
 SATED_LOOK = 0.01  # polling transports: look this often while no slot needs a task
 _READ = 1 << 16
 _FORWARD_FD_BASE = 100
+# Reset to their defaults in every task: the worker ignores SIGTTOU (see run) and
+# catches SIGTERM and SIGINT; Python ignores SIGPIPE.
+_TASK_SIGDEF = (signal.SIGPIPE, signal.SIGTERM, signal.SIGINT, signal.SIGTTOU)
+
+# The variables through which an MPI launcher (Hydra, Open MPI/PRRTE, PMIx, Slurm's PMI,
+# Cray's ALPS) tells a process which rank of which launch it is. A task inherits the
+# worker's environment, and a pmc (or any MPI program) started by a task of an MPI-mode
+# run must not take the outer launch for its own: these are removed from tasks' and host
+# scripts' environments. Users' MPI settings stay (OMPI_MCA_* tuning, HYDRA_*, I_MPI_*,
+# MPIR_CVAR_*), and so do the batch system's job variables (SLURM_JOB_*, SLURM_STEP_*, ...:
+# the task runs in that job and step); of Slurm's per-rank variables only SLURM_PROCID,
+# with which pmc recognises an srun launch, goes.
+_LAUNCH_PREFIXES = ("PMI_", "PMI2_", "PMIX_", "PRTE_", "HYDI_", "OMPI_COMM_WORLD_",
+                    "OMPI_MCA_ess", "OMPI_MCA_orte_", "OMPI_MCA_prte_", "OMPI_MCA_pmix",
+                    "OMPI_APP_CTX_")
+_LAUNCH_NAMES = frozenset((
+    "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "ALPS_APP_PE", "SLURM_PROCID",
+    "OMPI_UNIVERSE_SIZE", "OMPI_FIRST_RANKS", "OMPI_NUM_APP_CTX", "OMPI_FILE_LOCATION",
+    "OMPI_ARGV", "OMPI_COMMAND", "OMPI_MCA_initial_wdir", "OMPI_MCA_mpi_yield_when_idle",
+    "OMPI_MCA_shmem_RUNTIME_QUERY_hint",
+    "PMC_AFFINITY",  # set per task, only for tasks bound with --set-affinity
+))
+
+
+def task_environment(env: dict[str, str] | os._Environ[str]) -> dict[str, str]:
+    """The environment tasks start from: the worker's without the outer launch's
+    variables (computed once per worker)."""
+    return {k: v for k, v in env.items()
+            if k not in _LAUNCH_NAMES and not k.startswith(_LAUNCH_PREFIXES)}
 
 
 def detect_cpus() -> int:
@@ -65,6 +106,18 @@ def cpu_sockets() -> dict[int, int]:
     return out
 
 
+class _Pipe:
+    """One -f forward of a running task: what it read so far, in memory or spilled."""
+
+    __slots__ = ("data", "dest", "spill", "var")
+
+    def __init__(self, var: str, dest: str) -> None:
+        self.var = var
+        self.dest = dest
+        self.data = bytearray()
+        self.spill: Any = None  # an unlinked temporary file, once spilled
+
+
 class Running:
     __slots__ = (
         "app", "drained", "err_fd", "error", "out_fd", "pid", "pidfd", "pipe_bytes", "pipes",
@@ -81,9 +134,9 @@ class Running:
         self.app = ""
         self.out_fd = -1
         self.err_fd = -1
-        self.pipes: dict[int, tuple[str, str, bytearray]] = {}  # read fd -> (var, dest, data)
-        self.drained: list[tuple[str, str, bytearray]] = []  # pipes at EOF, in close order
-        self.pipe_bytes = 0
+        self.pipes: dict[int, _Pipe] = {}  # read fd -> pipe
+        self.drained: list[_Pipe] = []  # pipes at EOF, in close order
+        self.pipe_bytes = 0  # held in memory, all pipes together
         self.error: str | None = None
 
 
@@ -151,10 +204,11 @@ class Worker:
         _close_on_exec_all()
         self.guard_fd = _start_guard()
         self.guard_lines: list[bytes] = []
-        self.base_env = dict(os.environ)
-        # Set per task, and only for tasks bound with --set-affinity (a pmc run inside a
-        # task of another must not pass the outer binding on).
-        self.base_env.pop("PMC_AFFINITY", None)
+        self.base_env = task_environment(os.environ)
+        # An embedded worker runs in a process group of its own in the terminal's session
+        # (it must stay in the job's session): with `stty tostop` its log lines to the
+        # terminal would stop it. Tasks get the default back (_TASK_SIGDEF).
+        signal.signal(signal.SIGTTOU, signal.SIG_IGN)
         self.term_requested = False
         self.inbox: deque[protocol.Message] = deque()  # received, not yet handled
         self.last_activity = time.monotonic()  # polling transports: last message or exit
@@ -186,8 +240,11 @@ class Worker:
         rank = self.rank
         log.debug(f"Worker {rank}: Launching host script {path}")
         try:
+            # Its stdout goes to stderr, as the reference's: the run's stdout carries the
+            # records. Its own process group (killed at the end), but the job's session,
+            # so that batch systems that account by session see it.
             self.host_script = subprocess.Popen(
-                [path], stdin=subprocess.DEVNULL, start_new_session=True,
+                [path], stdin=subprocess.DEVNULL, stdout=2, process_group=0,
                 env=dict(self.base_env, PMC_HOST_RANK=str(self.host_rank),
                          PMC_RANK=str(self.rank)),
             )
@@ -282,10 +339,10 @@ class Worker:
         try:
             argv = split_command(spec.command)
         except ValueError as e:
-            self.fail_now(spec, f"cannot split command: {e}")
+            self.fail_now(r, f"cannot split command: {e}")
             return
         if not argv:
-            self.fail_now(spec, "empty command")
+            self.fail_now(r, "empty command")
             return
         r.app = argv[0]
         env = self.base_env.copy()
@@ -298,16 +355,13 @@ class Worker:
             env["PMC_AFFINITY"] = ",".join(map(str, spec.affinity))
         try:
             if self.cfg.per_task_stdio:
-                base = os.path.join(self.dag_dir, f"{spec.name}")
-                suffix = f"{spec.attempt - 1:03d}"
-                r.out_fd = _open_trunc(f"{base}.out.{suffix}")
-                r.err_fd = _open_trunc(f"{base}.err.{suffix}")
+                r.out_fd, r.err_fd = _open_task_stdio(os.path.join(self.dag_dir, spec.name))
                 out_fd, err_fd = r.out_fd, r.err_fd
             else:
                 out_fd, err_fd = self.out_fd, self.err_fd
         except OSError as e:
             self._close_stdio(r)
-            self.fail_now(spec, f"cannot open per-task output file: {e}")
+            self.fail_now(r, f"cannot open per-task output file: {e}")
             return
         # Pipe write ends reach the task as fds 3, 4, ... (as in PMC: "A=3"), small enough
         # for `echo >&$A` in any shell. They wait here at high, close-on-exec numbers so
@@ -320,39 +374,32 @@ class Worker:
             os.close(wr)
             moves.append((high, 3 + i))
             env[var] = str(3 + i)
-            r.pipes[rd] = (var, dest, bytearray())
+            r.pipes[rd] = _Pipe(var, dest)
         write_ends = [high for high, _target in moves]
         needs_preexec = bool(spec.affinity) or (self.cfg.strict_limits and spec.memory > 0)
         r.start = time.time()
         r.t0 = time.monotonic()
         try:
-            if needs_preexec:
-                r.popen = subprocess.Popen(
-                    argv, env=env, stdin=subprocess.DEVNULL, stdout=out_fd, stderr=err_fd,
-                    close_fds=False,  # every fd of the worker is close-on-exec already
-                    process_group=0, preexec_fn=_limits(spec, self.cfg.strict_limits, moves),
-                )
-                r.pid = r.popen.pid
-            else:
-                r.pid = os.posix_spawnp(
-                    argv[0], argv, env,
-                    file_actions=[
-                        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                        (os.POSIX_SPAWN_DUP2, out_fd, 1),
-                        (os.POSIX_SPAWN_DUP2, err_fd, 2),
-                        *((os.POSIX_SPAWN_DUP2, high, target) for high, target in moves),
-                    ],
-                    setpgroup=0,
-                    setsigdef=(signal.SIGPIPE, signal.SIGTERM, signal.SIGINT),
-                )
+            try:
+                self._spawn(r, None, argv, env, out_fd, err_fd, moves, needs_preexec)
+            except FileNotFoundError:
+                # The reference runs a bare name that is an executable file in the
+                # working directory before it searches PATH; looked at only when the PATH
+                # search failed, so that the usual launch costs no extra stat.
+                if "/" in argv[0] or not _is_executable(argv[0]):
+                    raise
+                self._spawn(r, argv[0], argv, env, out_fd, err_fd, moves, needs_preexec)
         except OSError as e:
             for fd in write_ends:
                 os.close(fd)
             for fd in r.pipes:
                 os.close(fd)
-            self._close_stdio(r)
-            code = 127 if isinstance(e, FileNotFoundError) else 126
-            self.fail_now(spec, f"cannot run {argv[0]!r}: {e.strerror}", code)
+            # What the reference's child writes to the task's stderr when execve fails
+            # (it then exits 1: the try's status is 256).
+            message = (f"Unable to exec command {_exec_path(argv[0])} for task {spec.name}: "
+                       f"{os.strerror(e.errno) if e.errno else e}")
+            _append(err_fd, message + "\n")
+            self.fail_now(r, message, out_fd)
             return
         for fd in write_ends:
             os.close(fd)
@@ -365,6 +412,32 @@ class Worker:
         self.guard(b"+%d\n" % r.pid)
         if self.debug:
             log.debug(f"Task {spec.name} started as pid {r.pid}")
+
+    def _spawn(self, r: Running, path: str | None, argv: list[str], env: dict[str, str],
+               out_fd: int, err_fd: int, moves: list[tuple[int, int]], preexec: bool) -> None:
+        """Start the task's process in its own process group (same session); ``path``:
+        the file to run, None for argv[0] searched in PATH."""
+        spec = r.spec
+        if preexec:
+            r.popen = subprocess.Popen(
+                argv, executable=path, env=env, stdin=subprocess.DEVNULL, stdout=out_fd,
+                stderr=err_fd,
+                close_fds=False,  # every fd of the worker is close-on-exec already
+                process_group=0, preexec_fn=_limits(spec, self.cfg.strict_limits, moves),
+            )
+            r.pid = r.popen.pid
+            return
+        r.pid = (os.posix_spawnp if path is None else os.posix_spawn)(
+            argv[0] if path is None else path, argv, env,
+            file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_DUP2, out_fd, 1),
+                (os.POSIX_SPAWN_DUP2, err_fd, 2),
+                *((os.POSIX_SPAWN_DUP2, high, target) for high, target in moves),
+            ],
+            setpgroup=0,
+            setsigdef=_TASK_SIGDEF,
+        )
 
     def guard(self, line: bytes) -> None:
         """Tell the guard which process groups to kill should this worker die.
@@ -385,16 +458,30 @@ class Worker:
                 self.guard_fd = -1
         self.guard_lines.clear()
 
-    def fail_now(self, spec: TaskSpec, message: str, status: int = 1) -> None:
-        log.error(f"Task {spec.name} failed: {message}")
-        self.results.append(TaskResult(spec.id, spec.attempt, status, time.time(), 0.0, 0.0, 0,
-                                       message, None))
+    def fail_now(self, r: Running, message: str, out_fd: int = -1) -> None:
+        """A try that ended before its program ran (it could not be started, its output
+        files not opened): status 256, as the reference's, and its record on the task's
+        stdout, or this worker's, where there is one."""
+        spec = r.spec
+        if self.debug:
+            log.debug(f"Task {spec.name} failed: {message}")
+        start = r.start or time.time()
+        duration = time.monotonic() - r.t0 if r.t0 else 0.0
+        if out_fd < 0:
+            out_fd = self.out_fd
+        if out_fd >= 0:
+            _append(out_fd, cluster_task_record(
+                spec.name, spec.pegasus_id, start, duration, FAILED_STATUS, r.app,
+                self.hostname, self.rank, spec.cpus, spec.memory))
+        self._close_stdio(r)
+        self.results.append(TaskResult(spec.id, spec.attempt, FAILED_STATUS, start, duration,
+                                       0.0, 0, message, None))
         self.start_successor(spec.id)
 
     # -- reaping -----------------------------------------------------------------------
 
     def read_pipe(self, r: Running, fd: int) -> None:
-        var, _dest, buf = r.pipes[fd]
+        pipe = r.pipes[fd]
         while fd in r.pipes:
             try:
                 chunk = os.read(fd, _READ)
@@ -403,14 +490,55 @@ class Worker:
             if not chunk:
                 self.close_pipe(r, fd)
                 return
+            if r.error is not None:
+                continue  # the try has failed: keep the pipe flowing, keep nothing
+            if pipe.spill is not None:
+                try:
+                    pipe.spill.write(chunk)
+                except OSError as e:
+                    self.pipe_failed(r, pipe, e)
+                continue
+            pipe.data += chunk
             r.pipe_bytes += len(chunk)
-            if r.pipe_bytes > PIPE_FORWARD_LIMIT:
-                if r.error is None:
-                    r.error = (f"forwarded more than {PIPE_FORWARD_LIMIT >> 20} MiB through "
-                               f"pipes (variable {var}); data dropped")
-                buf.clear()
-            else:
-                buf += chunk
+            if r.pipe_bytes > PIPE_MEMORY:
+                self.spill(r, pipe)
+
+    def spill(self, r: Running, pipe: _Pipe) -> None:
+        """Move a pipe's data from memory to an unlinked temporary file ($TMPDIR), where
+        the rest of it goes too."""
+        try:
+            f = tempfile.TemporaryFile(prefix="pmc-forward-")  # noqa: SIM115 - kept open
+        except OSError as e:
+            self.pipe_failed(r, pipe, e)
+            return
+        pipe.spill = f
+        try:
+            f.write(pipe.data)
+        except OSError as e:
+            self.pipe_failed(r, pipe, e)
+            return
+        r.pipe_bytes -= len(pipe.data)
+        pipe.data = bytearray()
+
+    def pipe_failed(self, r: Running, pipe: _Pipe, e: OSError) -> None:
+        """Forwarded data could not be kept: the try fails, its data is dropped."""
+        r.error = (f"Task {r.spec.name}: Unable to keep the data forwarded through "
+                   f"{pipe.var}: {e.strerror or e}")
+        _drop_pipes(r)
+        r.pipe_bytes = 0
+
+    def send_spilled(self, spec: TaskSpec, pipes: list[_Pipe]) -> str | None:
+        """Send spilled pipe data to the master in pieces, before the try's result."""
+        for pipe in pipes:
+            f = pipe.spill
+            try:
+                f.seek(0)
+                while chunk := f.read(FORWARD_CHUNK):
+                    self.t.send(0, (protocol.FORWARD, spec.id, pipe.dest, chunk))
+            except OSError as e:
+                return (f"Task {spec.name}: Unable to read the data forwarded through "
+                        f"{pipe.var}: {e.strerror or e}")
+        return None
 
     def close_pipe(self, r: Running, fd: int) -> None:
         self.poller.remove(fd)
@@ -422,14 +550,14 @@ class Worker:
         if r.popen is not None:
             r.popen.returncode = 0  # reaped here; keep subprocess from waiting on it
         duration = time.monotonic() - r.t0
-        status = os.waitstatus_to_exitcode(wstatus)
+        status = wstatus  # raw, as the reference reports it
         if self.debug:
-            if status < 0:
-                log.debug(f"Task {r.spec.name} exited on signal {-status} ({wstatus}) in "
-                          f"{duration:f} seconds")
+            if status & 0x7F:
+                log.debug(f"Task {r.spec.name} exited on signal {signal_of(status)} "
+                          f"({status}) in {duration:f} seconds")
             else:
-                log.debug(f"Task {r.spec.name} exited with status {status} ({wstatus}) in "
-                          f"{duration:f} seconds")
+                log.debug(f"Task {r.spec.name} exited with status {exit_code_of(status)} "
+                          f"({status}) in {duration:f} seconds")
         del self.running[r.pid]
         spec = r.spec
         self.running_ids.discard(spec.id)
@@ -443,7 +571,7 @@ class Worker:
         forwards: list[tuple[str, bytes]] = []
         error = r.error
         if status == 0 and error is None:
-            forwards = [(dest, bytes(buf)) for _var, dest, buf in r.drained if buf]
+            forwards = [(p.dest, bytes(p.data)) for p in r.drained if p.data]
             for src, dest in spec.file_forwards or ():
                 data, problem = _read_forward_file(spec.name, src)
                 if problem:
@@ -452,12 +580,24 @@ class Worker:
                     break
                 if data:
                     forwards.append((dest, data))
+            # Only once the files are read (as the reference, which reads them before it
+            # sends any data): a try that fails forwards nothing.
+            spilled = [p for p in r.drained if p.spill is not None]
+            if spilled and error is None:
+                error = self.send_spilled(spec, spilled)
+                if error is not None:
+                    log.error(error)
+        if spec.file_forwards:
+            # Removed whatever happened to the try, as the reference does.
+            _remove_forward_files(spec.name, spec.file_forwards)
+        if r.drained:
+            _drop_pipes(r)
         if error is not None:
             forwards = []
             if error is r.error:  # file-forward problems were logged as found
                 log.error(f"Task {spec.name} failed: {error}")
             if status == 0:
-                status = 1
+                status = FAILED_STATUS
         record = cluster_task_record(
             spec.name, spec.pegasus_id, r.start, duration, status, r.app, self.hostname,
             self.rank, spec.cpus, spec.memory,
@@ -688,6 +828,7 @@ def _limits(spec: TaskSpec, strict: bool, moves: list[tuple[int, int]]) -> Calla
             os.sched_setaffinity(0, affinity)
         if limit:
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        signal.signal(signal.SIGTTOU, signal.SIG_DFL)  # ignored by the worker
 
     return apply
 
@@ -755,7 +896,10 @@ def _start_guard() -> int:
             file_actions=[(os.POSIX_SPAWN_DUP2, rd, 0),
                           (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
                           (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)],
-            setsid=True,
+            # Its own process group, so that a launcher killing the worker's group spares
+            # it; but the job's session, which batch systems (PBS/Torque) account and
+            # clean up by.
+            setpgroup=0,
         )
     except OSError as e:
         log.warn(f"Cannot start the task guard ({e.strerror}): tasks may outlive a killed "
@@ -789,8 +933,60 @@ def _open_append(path: str) -> int:
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o666)
 
 
-def _open_trunc(path: str) -> int:
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+def _open_task_stdio(base: str) -> tuple[int, int]:
+    """--per-task-stdio: ``base.out.NNN`` and ``base.err.NNN`` for the first NNN (000,
+    001, ...) whose .out file does not exist yet, as the reference numbers them: a retry,
+    and a restarted run, take the next number instead of overwriting. O_EXCL finds it
+    in one open() in the usual case, and two workers cannot take the same."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+    seq = 0
+    while True:
+        try:
+            out = os.open(f"{base}.out.{seq:03d}", flags, 0o666)
+            break
+        except FileExistsError:
+            seq += 1
+    try:
+        err = os.open(f"{base}.err.{seq:03d}", flags & ~os.O_EXCL | os.O_TRUNC, 0o666)
+    except OSError:
+        os.close(out)
+        raise
+    return out, err
+
+
+def _is_executable(path: str) -> bool:
+    """A regular file this process may execute (the reference's test)."""
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def _exec_path(name: str) -> str:
+    """The file the reference would have tried to execute for argv[0] ``name``: as
+    given if it has a slash or is an executable file here, else the first executable
+    file of that name in PATH, else the name itself. Only for the message of a failed
+    start."""
+    if not name or "/" in name or _is_executable(name):
+        return name
+    for d in os.environ.get("PATH", "").split(":"):
+        if d and _is_executable(f"{d}/{name}"):
+            return f"{d}/{name}"
+    return name
+
+
+def _drop_pipes(r: Running) -> None:
+    """Free a task's forwarded pipe data (memory and temporary files)."""
+    for pipe in (*r.pipes.values(), *r.drained):
+        pipe.data = bytearray()
+        if pipe.spill is not None:
+            pipe.spill.close()
+            pipe.spill = None
+
+
+def _remove_forward_files(name: str, file_forwards: tuple[tuple[str, str], ...]) -> None:
+    for src, _dest in file_forwards:
+        try:
+            os.unlink(src)
+        except OSError as e:
+            log.debug(f"Task {name}: Error unlinking forwarded file {src}: {e.strerror}")
 
 
 def _append(fd: int, text: str) -> None:
@@ -801,7 +997,8 @@ def _append(fd: int, text: str) -> None:
 
 
 def _read_forward_file(name: str, src: str) -> tuple[bytes, str | None]:
-    """Read and delete a -F source of task ``name``. Missing is not an error; anything
+    """Read a -F source of task ``name`` (removed by the caller, whatever happens).
+    Missing is not an error; anything
     but a regular file, or more than 1 MiB, is (with PMC's message)."""
     try:
         st = os.stat(src)
@@ -817,7 +1014,6 @@ def _read_forward_file(name: str, src: str) -> tuple[bytes, str | None]:
     try:
         with open(src, "rb") as f:
             data = f.read(FILE_FORWARD_LIMIT + 1)
-        os.unlink(src)
     except OSError as e:
         return b"", f"Task {name}: Unable to read {src}: {e.strerror}"
     if len(data) > FILE_FORWARD_LIMIT:

@@ -364,7 +364,8 @@ def test_jobstate_log_of_a_failure(launch, tmp_path: Path) -> None:
     r = launch(["--jobstate-log", dag.name], tmp_path)
     assert r.returncode == 1
     body = (tmp_path / "jobstate.log").read_text().splitlines()
-    assert re.match(r"^\d+\.\d{6} bad JOB_FAILURE 5 - - 1$", body[-2])
+    # The raw wait status, as the reference writes it: exit code 5 is 1280.
+    assert re.match(r"^\d+\.\d{6} bad JOB_FAILURE 1280 - - 1$", body[-2])
     assert body[-1].endswith("INTERNAL *** PMC_FINISHED 1 ***")
 
 
@@ -386,7 +387,7 @@ def test_monitord_hack(launch, tmp_path: Path) -> None:
     assert "Event: ULOG_EXECUTE for Condor Node A (1.0)" in body
     assert "Event: ULOG_JOB_TERMINATED for Condor Node A (1.0)" in body
     assert "Node A job proc (1.0) completed successfully." in body
-    assert any(re.match(r"^Node E job proc \(\d+\.0\) failed with status 1\.$", b) for b in body)
+    assert any(re.match(r"^Node E job proc \(\d+\.0\) failed with status 256\.$", b) for b in body)
     assert re.match(r"^\*\*\*\* condor_scheduniv_exec\.0\.0 \(condor_DAGMAN\) pid \d+ "
                     r"EXITING WITH STATUS 1$", body[-1])
     assert (tmp_path / "A.out.000").exists(), "--monitord-hack implies --per-task-stdio"

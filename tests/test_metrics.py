@@ -250,7 +250,9 @@ def test_failures_and_retries_are_counted(tmp_path: Path) -> None:
     assert value(s, "pmc_task_duration_seconds_count") == 5
     assert value(s, "pmc_workflow_exit_code") == 1
     rec = summary_record(r.stdout)
-    assert (rec["succeeded"], rec["failed"], rec["extra"]) == ("2", "1", "2")
+    # The record counts tries, as the reference: 5 submitted, 3 of them failed.
+    assert (rec["submitted"], rec["succeeded"], rec["failed"], rec["extra"]) == (
+        "5", "2", "3", "0")
 
 
 def test_port_in_use_is_fatal(tmp_path: Path) -> None:

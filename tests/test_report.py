@@ -34,10 +34,10 @@ HAND_LOG = "\n".join([
     ev("task.ready", task="A"),
     # h1: A [0, 2) ok, C [2, 3) failed for good.  h2: B [0, 1) failed, B again [1, 4) ok.
     end("A", 1, "h1", 0.0, 2.0, "succeeded"),
-    end("B", 1, "h2", 0.0, 1.0, "retry", status=1),
+    end("B", 1, "h2", 0.0, 1.0, "retry", status=1 << 8),
     ev("task.retried", task="B", **{"try": 2}),
     end("B", 2, "h2", 1.0, 3.0, "succeeded"),
-    end("C", 1, "h1", 2.0, 1.0, "failed", status=2, error="boom"),
+    end("C", 1, "h1", 2.0, 1.0, "failed", status=9, error="boom"),
     ev("workflow.finished", outcome="failed", wall=5.0, slots=2, runtime=7.0),
     '{"torn": ',
 ]) + "\n"
@@ -72,8 +72,9 @@ def test_hand_computed_figures(tmp_path: Path) -> None:
     slow = re.findall(r"^  (\w) try (\d): (\d+\.\d{3}) s on (h\d)", out, re.M)
     assert slow[:2] == [("B", "2", "3.000", "h2"), ("A", "1", "2.000", "h1")]
     assert "Failed tries: 2" in out
-    assert "  B try 1: status 1, retry" in out
-    assert "  C try 1: status 2, failed: boom" in out
+    # Statuses are raw wait statuses, shown with what they mean.
+    assert "  B try 1: status 256 (exit code 1), retry" in out
+    assert "  C try 1: status 9 (signal 9), failed: boom" in out
 
 
 def test_top_limits_the_slowest_list(tmp_path: Path) -> None:
@@ -131,7 +132,7 @@ def test_report_of_a_real_run_agrees_with_its_summary(tmp_path: Path) -> None:
     assert f"TTX (time to execution): {end_event['wall']:.3f} s" in r.stdout
     assert f"RU (resource utilisation): {end_event['utilization']:.3f}" in r.stdout
     assert "Task tries: 7 (6 succeeded, 1 failed)" in r.stdout
-    assert "  bad try 1: status 1, failed" in r.stdout
+    assert "  bad try 1: status 256 (exit code 1), failed" in r.stdout
 
 
 @pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None,

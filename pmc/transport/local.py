@@ -41,8 +41,11 @@ class LocalMaster:
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
                 env=env,
-                # Ctrl-C reaches the master only; it decides how the workers stop.
-                start_new_session=True,
+                # A process group of its own: a terminal's Ctrl-C (sent to the foreground
+                # group) reaches the master only, which decides how the workers stop. Not
+                # a session of its own: batch systems that track a job by its session
+                # (PBS/Torque) must see the workers and their tasks, and signal them.
+                process_group=0,
             )
             theirs.close()
             conn = Conn(rank, mine)
