@@ -11,11 +11,15 @@ thread so the master keeps working, covers every batch written before it.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections.abc import Iterable
 
 from pmc.dag import DAG
+
+_BLANKS = b" \t\r"
+_BLANK_RUN = re.compile(b"[ \t\r]+")
 
 
 class RescueError(Exception):
@@ -40,10 +44,12 @@ def read_rescue(path: str, dag: DAG) -> tuple[set[int], list[str]]:
     index = dag.index
     lines = data.split(b"\n")
     for lineno, raw in enumerate(lines, 1):
-        line = raw.strip()
-        if not line:
+        line = raw.strip(_BLANKS)
+        if not line or line.startswith(b"#"):
             continue
-        fields = line.split()
+        # Fields split where the DAG's do (space, tab, CR), so a name that holds another
+        # blank (a vertical tab, an NBSP) is read back whole.
+        fields = _BLANK_RUN.split(line)
         last = lineno == len(lines)
         if len(fields) != 2 or fields[0] != b"DONE":
             what = "torn last record" if last else "unrecognised record"

@@ -105,3 +105,24 @@ def test_lazy_syncs_are_made_durable_unasked_or_when_waited_for(tmp_path: Path) 
     log.close()  # the end syncs what is pending
     assert syncer.done >= third
     assert path.read_bytes() == b"\nDONE A\nDONE B\nDONE t1"
+
+
+def test_names_holding_other_blanks_read_back_whole(tmp_path: Path) -> None:
+    # Fields split at space, tab and CR only, as in the DAG: a vertical tab, a form feed or
+    # an NBSP belongs to the name (the reference reads DONE records the same way).
+    p = tmp_path / "w.dag"
+    p.write_text("TASK a\x0bb /bin/true\nTASK c\x0cd /bin/true\nTASK e\u00a0f /bin/true\n")
+    d = parse_dag(str(p))
+    path = tmp_path / "w.rescue"
+    log = RescueLog(str(path), d, set())
+    log.record(["a\x0bb", "c\x0cd", "e\u00a0f"])
+    log.close()
+    done, warnings = read_rescue(str(path), d)
+    assert done == {0, 1, 2} and warnings == []
+
+
+def test_comment_lines_are_skipped_silently(tmp_path: Path) -> None:
+    d = dag(tmp_path)
+    path = tmp_path / "w.rescue"
+    path.write_text("# written by hand\nDONE A\n")
+    assert read_rescue(str(path), d) == ({d.index["A"]}, [])
