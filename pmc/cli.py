@@ -25,13 +25,18 @@ class _Parser(argparse.ArgumentParser):
 # ASCII digits only: int() and float() also take "1_000" and other scripts' digits,
 # which the reference's sscanf() reads otherwise ("1_000" as 1).
 _WHOLE = re.compile(r"[+-]?[0-9]+")
+# The reference's whole-number options read with sscanf("%d"), which stops at a decimal
+# point: "-m 99.1" is 99 there, so it is here. Any other trailing text ("1e3", "12abc",
+# which sscanf also reads as a number) stays an error.
+_WHOLE_WITH_FRACTION = re.compile(r"([+-]?[0-9]+)(?:\.[0-9]*)?")
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 
-def _whole(text: str, minimum: int) -> int:
-    if not _WHOLE.fullmatch(text.strip(" \t\n")):
+def _whole(text: str, minimum: int, pattern: re.Pattern[str] = _WHOLE) -> int:
+    m = pattern.fullmatch(text.strip(" \t\n"))
+    if not m:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
-    value = int(text)
+    value = int(m.group(1) if m.groups() else m.group(0))
     if value < minimum:
         raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
     return value
@@ -43,6 +48,16 @@ def _positive_int(text: str) -> int:
 
 def _nonneg_int(text: str) -> int:
     return _whole(text, 0)
+
+
+def _ref_positive_int(text: str) -> int:
+    """A whole number >= 1 of the reference's options (a fraction is cut off, as there)."""
+    return _whole(text, 1, _WHOLE_WITH_FRACTION)
+
+
+def _ref_nonneg_int(text: str) -> int:
+    """A whole number >= 0 of the reference's options (a fraction is cut off, as there)."""
+    return _whole(text, 0, _WHOLE_WITH_FRACTION)
 
 
 def _positive(text: str, unit: str) -> float:
@@ -89,9 +104,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    help="ignore an existing rescue log (a new one is still written)")
     p.add_argument("-o", "--stdout", metavar="PATH", help="file for task stdout")
     p.add_argument("-e", "--stderr", metavar="PATH", help="file for task stderr")
-    p.add_argument("-m", "--max-failures", metavar="M", type=_nonneg_int, default=0,
+    p.add_argument("-m", "--max-failures", metavar="M", type=_ref_nonneg_int, default=0,
                    help="stop starting new tasks after M tasks failed (0: unlimited)")
-    p.add_argument("-t", "--tries", metavar="T", type=_positive_int, default=1,
+    p.add_argument("-t", "--tries", metavar="T", type=_ref_positive_int, default=1,
                    help="tries per task before it counts as failed (default 1)")
     p.add_argument("-n", "--nolock", action="store_true", help="do not lock the DAG file")
     p.add_argument("-r", "--rescue", metavar="PATH", help="rescue log (default DAG.rescue)")
@@ -102,10 +117,10 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    help="how long the host script may take before SIGALRM (default 60)")
     # As in the reference: --host-memory must be >= 1, PMC_HOST_MEMORY may be 0, and
     # --host-cpus or PMC_HOST_CPUS 0 is the default, detection.
-    p.add_argument("--host-memory", metavar="MB", type=_positive_int,
+    p.add_argument("--host-memory", metavar="MB", type=_ref_positive_int,
                    help="memory per host in MB (env PMC_HOST_MEMORY, where 0 is the "
                    "default; default: detected)")
-    p.add_argument("--host-cpus", metavar="N", type=_nonneg_int,
+    p.add_argument("--host-cpus", metavar="N", type=_ref_nonneg_int,
                    help="cpus per host (env PMC_HOST_CPUS; 0 or default: detected); not "
                    "with --set-affinity")
     p.add_argument("--strict-limits", action="store_true",
@@ -122,7 +137,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-resource-log", action="store_true", help="no DAG.resource file")
     p.add_argument("--no-sleep-on-recv", action="store_true",
                    help="blocking MPI receives instead of polling with sleep")
-    p.add_argument("--maxfds", metavar="N", type=_positive_int,
+    p.add_argument("--maxfds", metavar="N", type=_ref_positive_int,
                    help="most files the master keeps open for I/O forwarding")
     p.add_argument("--keep-affinity", action="store_true",
                    help="keep the inherited cpu affinity for tasks")
@@ -173,8 +188,8 @@ def _env_default(p: argparse.ArgumentParser, args: argparse.Namespace, attr: str
 
 
 def options_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> RunOptions:
-    _env_default(p, args, "host_memory", "PMC_HOST_MEMORY", _nonneg_int)
-    _env_default(p, args, "host_cpus", "PMC_HOST_CPUS", _nonneg_int)
+    _env_default(p, args, "host_memory", "PMC_HOST_MEMORY", _ref_nonneg_int)
+    _env_default(p, args, "host_cpus", "PMC_HOST_CPUS", _ref_nonneg_int)
     _env_default(p, args, "max_wall_time", "PMC_MAX_WALL_TIME", _minutes)
     if args.set_affinity and args.host_cpus:
         # The reference's words: its binding needs the host's real cpus and sockets.

@@ -24,6 +24,10 @@ pytestmark = pytest.mark.faults
 BAD = {
     "_positive_int": ["0", "-1", "x", "1.5", "", "1_0"],
     "_nonneg_int": ["-1", "x", "1e3", "1_0", "\uff11"],
+    # The reference's own whole numbers take a fraction (cut off, as sscanf does there),
+    # nothing else after the digits.
+    "_ref_positive_int": ["0", "-1", "x", "0.9", "", "1_0", "1e3", "12abc"],
+    "_ref_nonneg_int": ["-1", "x", "1e3", "1_0", "\uff11", "12abc", ".5"],
     "_minutes": ["-1", "nan", "inf", "x", "-inf", "", "1_0", "5m"],
     "_port": ["65536", "-1", "x", "99999999999"],
     "int": ["x", "1.5", ""],
@@ -157,6 +161,13 @@ def _options(argv: list[str], monkeypatch: pytest.MonkeyPatch,
     ([], {"PMC_HOST_MEMORY": "0"}, "host_memory", None),
     (["--host-memory", "7"], {"PMC_HOST_MEMORY": "0"}, "host_memory", 7),
     (["--host-cpus", " 4"], {}, "host_cpus", 4),
+    # sscanf("%d") stops at the decimal point: -m 99.1 is 99 there.
+    (["-m", "99.1"], {}, "max_failures", 99),
+    (["-t", "2.5"], {}, "tries", 2),
+    (["--host-cpus", "2.9"], {}, "host_cpus", 2),
+    (["--host-memory", "1024.5"], {}, "host_memory", 1024),
+    (["--maxfds", "64."], {}, "maxfds", 64),
+    ([], {"PMC_HOST_CPUS": "3.7"}, "host_cpus", 3),
 ])
 def test_values_the_reference_accepts(argv: list[str], env: dict[str, str], attr: str,
                                       value: object, monkeypatch: pytest.MonkeyPatch) -> None:
