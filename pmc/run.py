@@ -272,8 +272,10 @@ def _lock(path: str) -> int:
     except OSError as e:
         os.close(fd)
         if e.errno in (errno.EAGAIN, errno.EACCES):
-            raise FatalError(f"{path} is locked by another run of this workflow "
-                             "(use -n/--nolock to skip locking)") from None
+            # The reference's words, then how to go on regardless.
+            raise FatalError(f"DAG file is already locked by another process: {path}: "
+                             f"{os.strerror(e.errno)} (another run of this workflow holds "
+                             "it; use -n/--nolock to skip locking)") from None
         raise FatalError(f"Unable to lock DAG file: {path}: {e.strerror}") from e
     return fd
 

@@ -141,8 +141,10 @@ def test_the_dag_lock_is_a_posix_lock_held_for_the_whole_run(tmp_path: Path) -> 
             assert held.value.errno in (11, 13)  # EAGAIN, EACCES
         second = pmc(["run", "--workers", "1", dag.name], tmp_path)
         assert second.returncode == 1
-        assert second.stderr == (f"[fatal] {dag.name} is locked by another run of this "
-                                 "workflow (use -n/--nolock to skip locking)\n")
+        assert second.stderr == (
+            f"[fatal] DAG file is already locked by another process: {dag.name}: Resource "
+            "temporarily unavailable (another run of this workflow holds it; use -n/--nolock "
+            "to skip locking)\n")
     finally:
         (tmp_path / "release").touch()
         _out, err = proc.communicate(timeout=60)

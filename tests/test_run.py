@@ -117,7 +117,7 @@ def test_locked_dag_is_refused_at_once(tmp_path: Path) -> None:
         fcntl.lockf(held, fcntl.LOCK_EX)  # a POSIX lock, as PMC takes
         r = pmc(["run", dag.name], tmp_path)
         assert r.returncode == 1
-        assert "locked by another run" in r.stderr
+        assert "DAG file is already locked by another process" in r.stderr
         assert not (tmp_path / "d.dag.rescue").exists()
         r = pmc(["run", "--nolock", dag.name], tmp_path)
         assert r.returncode == 0, r.stderr
@@ -309,7 +309,7 @@ def test_mpi_run_that_cannot_start_ends_every_rank(tmp_path: Path) -> None:
         fcntl.lockf(held, fcntl.LOCK_EX)  # a POSIX lock, as PMC takes
         r = pmc_mpi(3, ["run", dag.name], tmp_path, timeout=60)
     assert r.returncode != 0
-    assert "locked by another run" in r.stderr
+    assert "DAG file is already locked by another process" in r.stderr
     bad = write_dag(tmp_path / "bad.dag", "TASK A\n")
     r = pmc_mpi(3, ["run", bad.name], tmp_path, timeout=60)
     assert r.returncode != 0 and "bad.dag:1" in r.stderr
@@ -332,7 +332,7 @@ def test_mpi_run_that_cannot_start_waits_for_a_late_worker(tmp_path: Path) -> No
         r = subprocess.run(cmd, cwd=tmp_path, env=clean_env(), capture_output=True,
                            text=True, timeout=60, check=False)
     assert r.returncode != 0
-    assert "locked by another run" in r.stderr
+    assert "DAG file is already locked by another process" in r.stderr
 
 
 def test_mpi_workers_on_the_masters_host_talk_through_sockets(tmp_path: Path) -> None:

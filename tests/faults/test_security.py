@@ -204,7 +204,7 @@ def test_second_run_is_locked_out(first: str, second: str, tmp_path: Path) -> No
         code = finish(b, 60, "the second run (it must not wait for the lock)")
         err = (tmp_path / "b.stderr").read_text()
         assert code == 1, err
-        assert "w.dag is locked by another run of this workflow" in err
+        assert "DAG file is already locked by another process: w.dag" in err
         assert (tmp_path / "w.dag.rescue").read_bytes() == rescue_before
         assert a.poll() is None, "the first run goes on"
     finally:
