@@ -82,7 +82,9 @@ def test_forwarding_write_error_fails_the_task(launch, tmp_path: Path) -> None:
                     f'TASK t -f O={tmp_path}/no/such/dir/out /bin/sh -c "echo data >&$O"\n')
     r = launch([dag.name], tmp_path)
     assert r.returncode == 1
-    assert "Task t failed due to I/O forwarding errors" in r.stderr
+    assert re.search(rf"^\[error\] Error writing 5 bytes to {tmp_path}/no/such/dir/out for "
+                     r"task t$", r.stderr, re.M), r.stderr
+    assert "[error] Task t failed due to collective I/O errors\n" in r.stderr
     assert rescue_done(tmp_path / "w.dag.rescue") == []
 
 

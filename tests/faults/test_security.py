@@ -68,7 +68,8 @@ def test_hostile_file_names(tmp_path: Path) -> None:
                        cwd=tmp_path, env=clean_env(), capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 1
-    assert "Unable to start host script ./$(touch pwned).sh" in r.stderr
+    assert "[error] Unable to exec host script: No such file or directory\n" in r.stderr
+    assert "[fatal] Worker 1: Host script failed with status 256\n" in r.stderr
     r = subprocess.run(pmc_argv(["run", name, "--workers", "1"]), cwd=tmp_path,
                        env=clean_env(), capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
@@ -156,15 +157,16 @@ def test_files_follow_the_umask(umask: int, tmp_path: Path) -> None:
                            preexec_fn=lambda: os.umask(umask))
         return r.returncode
 
-    # A failed run leaves the per-worker stdio files; B fails on purpose.
+    # B fails on purpose; its output is merged into -o / -e all the same.
     assert run(["run", "w.dag", "--workers", "1", "--jobstate-log", "--log-file", "pmc.log",
-                "--metrics-textfile", "w.prom", "-r", "w.rescue"]) == 1
+                "--metrics-textfile", "w.prom", "-r", "w.rescue", "-o", "w.out",
+                "-e", "w.err"]) == 1
     assert run(["run", "p.dag", "--workers", "1", "--monitord-hack", "-o", "o.txt",
                 "-e", "e.txt"]) == 1
     created = {p.name: stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir()
                if p.is_file() and p.name not in mine}
     for expected in ("w.rescue", "pmc.log", "jobstate.log", "w.prom", "w.dag.resource",
-                     "w.dag.out.1", "w.dag.err.1", "piped.txt", "filed.txt", "p.dag.rescue",
+                     "w.out", "w.err", "piped.txt", "filed.txt", "p.dag.rescue",
                      "A.out.000", "A.err.000", "p.dag.dagman.out"):
         assert expected in created, sorted(created)
     allowed = 0o666 & ~umask
