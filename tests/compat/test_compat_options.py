@@ -149,28 +149,37 @@ EDGE A B
 
 
 def test_max_wall_time_stop_merges_outputs(pair: Pair, mode: str) -> None:
-    """--max-wall-time running out while B runs: '[fatal] Caught signal 14', '[fatal]
-    Workflow wall time exceeded!', '[error] Aborting workflow'; the summary (failed;
-    B submitted, neither succeeded nor failed) and then every output so far, B's
-    included (but no record for B: it never finished), are on stdout; A is in the
-    rescue file; abort 'Workflow aborted', non-zero."""
+    """--max-wall-time running out while B runs: '[fatal] Workflow wall time exceeded!',
+    '[error] Aborting workflow'; the summary (failed; B submitted, neither succeeded nor
+    failed) and then every output so far, B's included, are on stdout; A is in the
+    rescue file; abort 'Workflow aborted', non-zero.
+
+    Two differences, documented in docs/reliability.md: the reference leaves B running,
+    orphaned, and writes no record for it, where pmc kills B and records what happened
+    (status=15, its SIGTERM); and the reference's alarm() logs '[fatal] Caught signal 14'
+    where pmc, whose master keeps the deadline itself, catches no signal to log."""
     args = ["--max-wall-time", "0.02"]
     ref = pair.reference(WALL, args)
     got = pair.pmc(mode, WALL, args)
     ctx = (ref, got)
     assert_same(exit_kind(ref), exit_kind(got), "exit", ctx)
-    assert_same(blocks(stdout_lines(ref.stdout, ref)), blocks(stdout_lines(got.stdout, got)),
-                "stdout (per task)", ctx)
+    ref_blocks = blocks(stdout_lines(ref.stdout, ref))
+    killed = ' | [cluster-task name=B, status=15, app="/bin/sh", cpus=1, memory=0]'
+    assert "B-started" in ref_blocks, ref_blocks
+    expected = [b + killed if b == "B-started" else b for b in ref_blocks]
+    assert_same(expected, blocks(stdout_lines(got.stdout, got)), "stdout (per task)", ctx)
     assert_same(summaries(stdout_lines(ref.stdout, ref)),
                 summaries(stdout_lines(got.stdout, got)), "summary", ctx)
     assert_same(rescue_lines(ref.text("w.dag.rescue")), rescue_lines(got.text("w.dag.rescue")),
                 "rescue file", ctx)
-    patterns = [r"\[\w+\] Caught signal \d+", r"\[\w+\] Workflow wall time exceeded!",
+    patterns = [r"\[\w+\] Workflow wall time exceeded!",
                 r"\[\w+\] Aborting workflow", r"\[\w+\] Workflow (finished|failed|succeeded)"]
     # As a set: in the reference the order depends on timing. Its master stops waiting
     # at the deadline (1.2 s: '[error] Aborting workflow', then the abort), while the
-    # alarm(), rounded up to whole seconds, logs its two lines when it fires (here during
+    # alarm(), rounded up to whole seconds, logs its lines when it fires (here during
     # the second the abort sleeps before MPI_Abort).
     assert_same(sorted(log_lines(ref, patterns)), sorted(log_lines(got, patterns)),
                 "log lines (sorted)", ctx)
+    assert log_lines(ref, [r"\[fatal\] Caught signal 14"]), ref.stderr
+    assert not log_lines(got, [r"\[\w+\] Caught signal \d+"]), got.stderr
     assert_abort_reported(ref, got)
