@@ -171,6 +171,8 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                       help="write metrics for node_exporter's textfile collector here")
     ours.add_argument("--metrics-pushgateway", metavar="URL",
                       help="push metrics to this Pushgateway, and once more at exit")
+    # The site profile's name, for the metrics' "site" label and the JSON log: set by the
+    # batch scripts pmc writes (PMC_SITE_NAME), hence hidden.
     ours.add_argument("--site", metavar="NAME", default="", help=argparse.SUPPRESS)
 
 
@@ -234,7 +236,7 @@ def options_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> R
         metrics_bind=args.metrics_bind,
         metrics_textfile=args.metrics_textfile,
         metrics_pushgateway=args.metrics_pushgateway,
-        site=args.site,
+        site=args.site or os.environ.get("PMC_SITE_NAME", ""),
     )
 
 

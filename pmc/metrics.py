@@ -15,8 +15,12 @@ Three ways out, any combination:
 - Pushgateway (``--metrics-pushgateway URL``): pushed every few seconds and once more at
   the end, so a short job's numbers are not lost.
 
-No metric carries a task's command line or environment: labels are the DAG's file name,
-the site, the mode, host names and outcomes.
+Every series carries the run's identity (``IDENTITY``): ``dag`` (the DAG's file name),
+``site`` (``--site`` / ``PMC_SITE_NAME``), ``batch_job`` (the batch system's job id) and
+``chain`` (``PMC_CHAIN_ID``), so two runs never share a series and a dashboard can select
+one workflow. The batch job id is not called ``job``: Prometheus owns that label (the
+scrape job, i.e. which path the numbers came by) and would rename ours ``exported_job``.
+No label is per task, and no metric carries a task's command line or environment.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
@@ -49,23 +53,51 @@ TEXTFILE_EVERY = 5.0  # seconds
 PUSH_EVERY = 15.0  # seconds
 PUSH_TIMEOUT = 10.0  # seconds, per push
 LINGER_ENV = "PMC_METRICS_LINGER"
+IDENTITY = ("dag", "site", "batch_job", "chain")
+# Where the batch job id comes from, first found wins: the one pmc's batch scripts export,
+# then each scheduler's own.
+JOB_ID_VARS = ("PMC_JOB_ID", "SLURM_JOB_ID", "PBS_JOBID", "LOADL_STEP_ID")
+
+
+def batch_job_id(env: Mapping[str, str]) -> str:
+    """The batch job this process runs in, or "" outside one."""
+    for var in JOB_ID_VARS:
+        value = env.get(var, "")
+        if value:
+            return value
+    return ""
+
+
+def identity(dag: str, site: str = "", env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The labels every series of a run carries (see the module docstring)."""
+    env = os.environ if env is None else env
+    return {"dag": os.path.basename(dag), "site": site or env.get("PMC_SITE_NAME", ""),
+            "batch_job": batch_job_id(env), "chain": env.get("PMC_CHAIN_ID", "")}
 
 
 class PmcCollector(Collector):
     """Builds pmc's metric families from a Tally at collection time."""
 
-    def __init__(self, tally: Tally) -> None:
+    def __init__(self, tally: Tally, labels: Mapping[str, str] | None = None) -> None:
         self.tally = tally
+        self.labels = dict(labels) if labels is not None else identity(tally.dag, tally.site)
 
     def collect(self) -> Iterator[Metric]:
+        ident = self.labels
+        for fam in self._families():
+            # The run's identity on every sample (a family's own labels come after it).
+            fam.samples = [s._replace(labels={**ident, **s.labels}) for s in fam.samples]
+            yield fam
+
+    def _families(self) -> Iterator[Metric]:
         t = self.tally
         info = t.info
-        dag = os.path.basename(t.dag)
         running_now = 1 if info is not None and t.summary is None else 0
 
         wf = GaugeMetricFamily("pmc_workflow_info", "The workflow this pmc master runs "
-                               "(value 1)", labels=["dag", "site", "mode"])
-        wf.add_metric([dag, t.site, info.mode if info else ""], 1)
+                               "(value 1; its identity labels, and the mode)",
+                               labels=["mode"])
+        wf.add_metric([info.mode if info else ""], 1)
         yield wf
         yield GaugeMetricFamily("pmc_workflow_running",
                                 "1 while the workflow runs, 0 once it has ended",
@@ -158,10 +190,25 @@ def metric_names(registry: CollectorRegistry) -> set[str]:
     return names
 
 
-def make_registry(tally: Tally) -> CollectorRegistry:
+def make_registry(tally: Tally, labels: Mapping[str, str] | None = None) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(PmcCollector(tally))
+    registry.register(PmcCollector(tally, labels))
     return registry
+
+
+def textfile_path(path: str, labels: Mapping[str, str]) -> str:
+    """``--metrics-textfile``: a file, or — given a directory (existing, or ending in
+    "/") — a file in it named after the run, so that jobs sharing a node and its textfile
+    directory never write the same file: ``pmc_DAG_JOB.prom`` in a batch job,
+    ``pmc_DAG_HOST_PID.prom`` outside one."""
+    if not (path.endswith("/") or os.path.isdir(path)):
+        return path
+    stem = os.path.splitext(labels.get("dag", ""))[0] or "dag"
+    who = labels.get("batch_job") or f"{socket.gethostname()}_{os.getpid()}"
+    name = "_".join(("pmc", stem, who))
+    # node_exporter reads *.prom: keep the name to characters every file system takes.
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+    return os.path.join(path, f"{safe}.prom")
 
 
 class _SilentHandler(WSGIRequestHandler):
@@ -193,11 +240,17 @@ class MetricsExport(Observer):
 
     def __init__(self, opts: RunOptions, tally: Tally) -> None:
         self.tally = tally
-        self.registry = make_registry(tally)
-        self.textfile = opts.metrics_textfile
+        self.labels = identity(opts.dag, opts.site)
+        self.registry = make_registry(tally, self.labels)
+        self.textfile = textfile_path(opts.metrics_textfile, self.labels) \
+            if opts.metrics_textfile else None
         self.gateway = opts.metrics_pushgateway
+        # One group per run: a second job of the same workflow on the same host must not
+        # replace the first one's numbers.
         self.grouping = {"workflow": os.path.basename(opts.dag) or "dag",
                          "instance": socket.gethostname()}
+        if self.labels["batch_job"]:
+            self.grouping["batch_job"] = self.labels["batch_job"]
         self.linger = _linger_seconds()
         self.final_scraped = threading.Event()
         self.server: WSGIServer | None = None

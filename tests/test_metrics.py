@@ -22,7 +22,7 @@ from pmctest import MPIEXEC, REPO, clean_env, pmc, write_dag
 from prometheus_client.parser import text_string_to_metric_families
 
 from pmc.events import RunInfo, Summary
-from pmc.metrics import make_registry, metric_names
+from pmc.metrics import IDENTITY, make_registry, metric_names
 from pmc.observe import Tally
 
 N_TASKS = 16
@@ -31,12 +31,20 @@ SECRET = "s3cr3t-argument"
 # --- helpers ----------------------------------------------------------------------------
 
 
-def parse(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Exposition text -> {(sample name, sorted labels): value}."""
+def parse(text: str, **ident: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Exposition text -> {(sample name, sorted labels but the run's identity): value}.
+
+    Every sample must carry the identity labels (dag, site, batch_job, chain), all with
+    the same values (``ident`` gives some of them; the rest are those of a run of
+    sleepy.dag outside a batch job)."""
+    expected = {"dag": "sleepy.dag", "site": "", "batch_job": "", "chain": ""} | ident
     out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+            labels = dict(s.labels)
+            got = {k: labels.pop(k, None) for k in IDENTITY}
+            assert got == expected, (s.name, got)
+            out[(s.name, tuple(sorted(labels.items())))] = s.value
     return out
 
 
@@ -191,7 +199,7 @@ def test_endpoint_textfile_and_push_during_embedded_run(tmp_path: Path,
     assert code == 0, err
     check_scrapes(scrapes, N_TASKS)
     final = scrapes[-1]
-    assert value(final, "pmc_workflow_info", dag="sleepy.dag", site="", mode="local") == 1
+    assert value(final, "pmc_workflow_info", mode="local") == 1
     assert value(final, "pmc_slots") == 2
 
     # The textfile has the same final numbers, and no temporary file is left behind.
@@ -228,7 +236,7 @@ def test_endpoint_during_mpi_run(tmp_path: Path) -> None:
          "--metrics-textfile", str(prom), dag.name], tmp_path, N_TASKS)
     assert code == 0, err
     check_scrapes(scrapes, N_TASKS)
-    assert value(scrapes[-1], "pmc_workflow_info", dag="sleepy.dag", site="", mode="mpi") == 1
+    assert value(scrapes[-1], "pmc_workflow_info", mode="mpi") == 1
     assert value(scrapes[-1], "pmc_workers") == 2
     text = parse(prom.read_text())
     assert text[("pmc_tasks_total", (("outcome", "succeeded"),))] == N_TASKS
@@ -243,7 +251,7 @@ def test_failures_and_retries_are_counted(tmp_path: Path) -> None:
     r = pmc(["run", "--workers", "1", "-t", "2", "--metrics-textfile", "f.prom", dag.name],
             tmp_path)
     assert r.returncode == 1, r.stderr
-    s = parse((tmp_path / "f.prom").read_text())
+    s = parse((tmp_path / "f.prom").read_text(), dag="f.dag")
     assert value(s, "pmc_tasks_total", outcome="succeeded") == 2
     assert value(s, "pmc_tasks_total", outcome="failed") == 1
     assert value(s, "pmc_tasks_total", outcome="retry") == 2  # flaky once, bad once
@@ -403,5 +411,50 @@ def test_forwarded_bytes_are_counted(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "piped.txt").read_text() == "12345"
     assert (tmp_path / "copied.txt").read_text() == "abcdefghij"
-    s = parse((tmp_path / "fw.prom").read_text())
+    s = parse((tmp_path / "fw.prom").read_text(), dag="fw.dag")
     assert value(s, "pmc_forwarded_bytes_total") == 15
+
+
+# --- identity -----------------------------------------------------------------------------
+
+
+def test_batch_job_identity_on_every_series_and_one_textfile_per_job(tmp_path: Path) -> None:
+    """Two jobs of one workflow on one node, both given the textfile directory: each
+    writes its own file, every series says whose it is, and no two files hold a series
+    with the same name and labels (node_exporter refuses those)."""
+    dag = sleep_dag(tmp_path, 3)
+    textdir = tmp_path / "textfile"
+    textdir.mkdir()
+    for job in ("101", "102"):
+        env = clean_env(PMC_JOB_ID=job, PMC_SITE_NAME="cluster-a", PMC_CHAIN_ID="100",
+                        SLURM_JOB_ID="999")
+        r = pmc(["run", "--workers", "2", "--metrics-textfile", f"{textdir}/", dag.name],
+                tmp_path, env=env)
+        assert r.returncode == 0, r.stderr
+    files = sorted(p.name for p in textdir.iterdir())
+    assert files == ["pmc_sleepy_101.prom", "pmc_sleepy_102.prom"]
+    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+    for name, job in zip(files, ("101", "102"), strict=True):
+        text = (textdir / name).read_text()
+        s = parse(text, site="cluster-a", batch_job=job, chain="100")
+        # The second job finds every task in the rescue log: the next link of a chain.
+        done_here = 3 if job == "101" else 0
+        assert value(s, "pmc_tasks_total", outcome="succeeded") == done_here
+        assert value(s, "pmc_workflow_recovered_tasks") == 3 - done_here
+        for fam in text_string_to_metric_families(text):
+            for sample in fam.samples:
+                key = (sample.name, tuple(sorted(sample.labels.items())))
+                assert key not in seen, key
+                seen.add(key)
+
+
+def test_scheduler_job_id_and_site_option(tmp_path: Path) -> None:
+    """Outside pmc's scripts the scheduler's own variable names the job; --site names the
+    site."""
+    dag = sleep_dag(tmp_path, 1)
+    env = clean_env(PBS_JOBID="55.server")
+    r = pmc(["run", "--workers", "1", "--site", "pbs-site", "--metrics-textfile", "x.prom",
+             dag.name], tmp_path, env=env)
+    assert r.returncode == 0, r.stderr
+    s = parse((tmp_path / "x.prom").read_text(), site="pbs-site", batch_job="55.server")
+    assert value(s, "pmc_workflow_info", mode="local") == 1
