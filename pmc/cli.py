@@ -86,6 +86,16 @@ def _seconds(text: str) -> float:
     return _positive(text, "seconds")
 
 
+def _nonneg_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text}")
+    return value
+
+
 def _port(text: str) -> int:
     value = _nonneg_int(text)
     if value > 65535:
@@ -171,6 +181,11 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                       help="write metrics for node_exporter's textfile collector here")
     ours.add_argument("--metrics-pushgateway", metavar="URL",
                       help="push metrics to this Pushgateway, and once more at exit")
+    ours.add_argument("--progress-interval", metavar="SECONDS", type=_nonneg_seconds,
+                      help="pmc extension: when stderr is not a terminal, log '[info] "
+                      "Progress: done/total, running, failed, rate, ETA' every SECONDS "
+                      "(pmc run: default 60, and a live progress line on a terminal; "
+                      "pegasus-mpi-cluster: default 0; 0: off)")
     # The site profile's name, for the metrics' "site" label and the JSON log: set by the
     # batch scripts pmc writes (PMC_SITE_NAME), hence hidden.
     ours.add_argument("--site", metavar="NAME", default="", help=argparse.SUPPRESS)
@@ -189,7 +204,10 @@ def _env_default(p: argparse.ArgumentParser, args: argparse.Namespace, attr: str
         p.error(f"environment variable {var}: {e}")
 
 
-def options_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> RunOptions:
+def options_from_args(p: argparse.ArgumentParser, args: argparse.Namespace,
+                      dropin: bool = False) -> RunOptions:
+    """``dropin``: the pegasus-mpi-cluster command, whose console output is the
+    reference's (no progress unless asked for with --progress-interval)."""
     _env_default(p, args, "host_memory", "PMC_HOST_MEMORY", _ref_nonneg_int)
     _env_default(p, args, "host_cpus", "PMC_HOST_CPUS", _ref_nonneg_int)
     _env_default(p, args, "max_wall_time", "PMC_MAX_WALL_TIME", _minutes)
@@ -237,11 +255,14 @@ def options_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> R
         metrics_textfile=args.metrics_textfile,
         metrics_pushgateway=args.metrics_pushgateway,
         site=args.site or os.environ.get("PMC_SITE_NAME", ""),
+        progress_interval=args.progress_interval if args.progress_interval is not None
+        else (0.0 if dropin else 60.0),
+        live_progress=not dropin,
     )
 
 
-def cmd_run(p: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    opts = options_from_args(p, args)
+def cmd_run(p: argparse.ArgumentParser, args: argparse.Namespace, dropin: bool = False) -> int:
+    opts = options_from_args(p, args, dropin)
     from pmc.observe import setup_logging
 
     setup_logging(opts)
@@ -319,7 +340,7 @@ def pegasus_main(argv: Sequence[str] | None = None) -> int:
     add_run_options(p)
     args = p.parse_args(argv)
     try:
-        return cmd_run(p, args)
+        return cmd_run(p, args, dropin=True)
     except KeyboardInterrupt:
         return 130
 

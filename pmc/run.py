@@ -29,6 +29,7 @@ from pmc.master import (
     write_summary,
 )
 from pmc.options import RunOptions
+from pmc.progress import Progress, progress_observer
 from pmc.recordfiles import DagmanOut, JobstateLog, ResourceLog
 from pmc.rescue import RescueError, read_rescue
 from pmc.transport import Transport
@@ -151,8 +152,17 @@ def _run_with_transport(opts: RunOptions, dag: DAG, done: set[int],
                         observers: list[Observer], transport: Transport, mode: str,
                         sink: TaskOutput) -> int:
     all_observers = list(observers)
-    master = Master(transport, opts, dag, done, all_observers, mode,
-                    open_outputs=lambda: _record_observers(opts) + observe.observers(opts))
+    progress: list[Progress] = []
+
+    def outputs() -> list[Observer]:
+        out = _record_observers(opts) + observe.observers(opts)
+        p = progress_observer(opts, out)
+        if p is not None:
+            progress.append(p)
+            out.append(p)
+        return out
+
+    master = Master(transport, opts, dag, done, all_observers, mode, open_outputs=outputs)
     log.info(f"Setting max cached files = {master.forward.maxfds}")
     log.info(f"Master starting with {transport.size - 1} workers")
     if opts.max_wall_time is not None:
@@ -167,7 +177,12 @@ def _run_with_transport(opts: RunOptions, dag: DAG, done: set[int],
     merged = True
     try:
         try:
-            summary = master.run()
+            try:
+                summary = master.run()
+            finally:
+                # The live line ends with the loop: the end-of-run lines come after it.
+                for p in progress:
+                    p.stop()
         except Interrupted:
             log.error("Aborting workflow")
             interrupted = True
