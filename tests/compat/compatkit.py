@@ -207,6 +207,11 @@ HOST = socket.gethostname()
 _HOST_WORD = re.compile(r"(?<![\w.-])" + re.escape(HOST) + r"(?![\w-])")
 
 
+def exit_kind(run: Run) -> list[str]:
+    """Only zero or non-zero is compared: the reference's aborts exit 1, pmc's stops 3."""
+    return ["exit 0" if run.rc == 0 else "exit non-zero"]
+
+
 def fields(record: str) -> dict[str, str]:
     body = record[record.index(" ") + 1: record.rindex("]")]
     return {m.group(1): m.group(2) for m in _FIELD.finditer(body)}

@@ -21,6 +21,7 @@ from compatkit import (
     abort_text,
     assert_same,
     execute,
+    exit_kind,
     log_lines,
     ompi_env,
     pmc_argv,
@@ -31,10 +32,6 @@ from compatkit import (
 from pmctest import clean_env
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(180)]
-
-
-def exit_kind(run: Run) -> list[str]:
-    return ["exit 0" if run.rc == 0 else "exit non-zero"]
 
 
 HOST_SCRIPT = "#!/bin/sh\necho HS-stdout\necho HS-stderr >&2\n"

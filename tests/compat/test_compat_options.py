@@ -17,6 +17,7 @@ from compatkit import (
     abort_text,
     assert_same,
     blocks,
+    exit_kind,
     log_lines,
     rescue_lines,
     stdout_lines,
@@ -24,10 +25,6 @@ from compatkit import (
 )
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(180)]
-
-
-def exit_kind(run: Run) -> list[str]:
-    return ["exit 0" if run.rc == 0 else "exit non-zero"]
 
 
 def assert_abort_reported(ref: Run, got: Run) -> None:
