@@ -30,6 +30,11 @@ class RunInfo:
     mode: str  # "mpi" or "local"
     site: str = ""
     max_wall_time: float | None = None  # seconds
+    # How the workers measure tasks (pmc.accounting: "cgroup-v1", "rusage"; several,
+    # comma-separated, if workers differ), and how --strict-limits enforces memory
+    # ("cgroup", "rlimit"; "" without --strict-limits).
+    accounting: str = ""
+    memory_limits: str = ""
 
 
 @dataclass
@@ -86,10 +91,24 @@ class Observer:
         """The task's parents are all done: it is queued (jobstate SUBMIT)."""
 
     def dispatched(self, task: Task, seq: int, attempt: int, rank: int, host: str) -> None:
-        """Sent to a worker (jobstate EXECUTE)."""
+        """Sent to a worker (jobstate EXECUTE): to start at once, or (prefetched) when
+        the task it was queued behind has ended."""
+
+    def task_started(self, task: Task, seq: int, attempt: int, rank: int, host: str,
+                     start: float) -> None:
+        """The worker started the try, at ``start`` (its Unix time). Until then a
+        dispatched task is queued, not running."""
+
+    def ended(self, task: Task, seq: int, res: TaskResult, error: str | None) -> None:
+        """The master heard that a try ended (``error``: why it failed beyond its status,
+        if it did); ``result`` follows with the outcome, at once for a failed try, once
+        its rescue record is durable for a successful one."""
 
     def result(self, task: Task, seq: int, res: TaskResult, outcome: str) -> None:
-        """A try ended; outcome is "succeeded", "retry" or "failed"."""
+        """A try ended; outcome is "succeeded", "retry", "failed" or "stopped"."""
+
+    def queue_changed(self, queued: int) -> None:
+        """How many tasks wait on workers behind running ones (prefetched) changed."""
 
     def held(self, task: Task, reason: str) -> None:
         """Not started in this run (left for the next allocation)."""

@@ -125,6 +125,13 @@ class Master:
         # how many tasks wait in the chain (0: a running task with none behind it).
         self.tails: dict[int, int] = {}
         self.recalling: set[int] = set()  # queued tasks asked back, not returned yet
+        # Tasks sent to start at once, or promoted in their predecessor's place, whose
+        # worker has not said yet that it started them: observers see "task_started"
+        # when it does, with the worker's own start time.
+        self.unstarted: set[int] = set()
+        self.queued_seen = 0  # len(self.queued) as the observers last heard it
+        self.accounting: set[str] = set()  # the workers' accounting methods
+        self.memory_limits: set[str] = set()  # how they enforce --strict-limits memory
         self.rescue: RescueLog | None = None
         # (sync ticket, results) whose DONE records are written but not yet durable
         self.unsynced: deque[tuple[int, list[tuple[TaskResult, str | None]]]] = deque()
@@ -213,7 +220,14 @@ class Master:
                     if msg[1] != protocol.VERSION:
                         raise FatalError(f"Worker {rank} speaks protocol {msg[1]}, "
                                          f"the master {protocol.VERSION}")
-                    _, _, hostname, cpus, memory, slots, pid, sockets = msg
+                    _, _, hostname, cpus, memory, slots, pid, sockets = msg[:8]
+                    # A worker that does not say how it measures: unknown.
+                    method, limits, why = msg[8:11] if len(msg) >= 11 else (
+                        "unknown", "rlimit", "")
+                    self.accounting.add(method)
+                    self.memory_limits.add(limits)
+                    if why:
+                        log.debug(f"Worker {rank}: task accounting through {method}: {why}")
                     self.resources.add_worker(rank, hostname, cpus, memory, slots, pid,
                                               sockets)
                     waiting.discard(rank)
@@ -261,7 +275,8 @@ class Master:
                 if run_script:
                     scripts.add(w.rank)
                 try:
-                    self.t.send(w.rank, (protocol.START, w.host_rank, run_script))
+                    self.t.send(w.rank, (protocol.START, w.host_rank, run_script,
+                                         self.remaining()))
                 except TransportError:
                     self.worker_lost(w.rank)
         failures: list[str] = []
@@ -299,6 +314,9 @@ class Master:
             start=self.start, mode=self.mode, site=self.opts.site,
             max_wall_time=None if self.opts.max_wall_time is None
             else self.opts.max_wall_time * 60.0,
+            accounting=",".join(sorted(self.accounting)),
+            memory_limits=",".join(sorted(self.memory_limits)) if self.opts.strict_limits
+            else "",
         )
         self.emit("started", info)
         log.info("Starting workflow")
@@ -332,6 +350,7 @@ class Master:
                 for task_id in [*self.running, *self.queued]:
                     self.engine.requeue(task_id)
                 self.running.clear()
+                self.unstarted.clear()
                 self.queued.clear()
                 self.next_of.clear()
                 self.tails.clear()
@@ -351,10 +370,15 @@ class Master:
             # its SIGTERM killed on the workers are stopped, not failed.
             self.check_signal()
             results: list[TaskResult] = []
+            starts: list[tuple[int, float]] = []
             for rank, msg in msgs:
                 tag = msg[0]
                 if tag == protocol.RESULTS:
                     results.extend(msg[1])
+                    if len(msg) > 2:
+                        starts.extend(msg[2])
+                elif tag == protocol.STARTED:
+                    starts.extend(msg[1])
                 elif tag == protocol.RETURNED:
                     # Handled at once: a worker sends it before any result that follows.
                     self.returned(msg[1])
@@ -364,10 +388,16 @@ class Master:
                     log.error(str(msg[1]))
                 elif tag == protocol.BYE:
                     self.ranks_alive.discard(rank)
-            if results:
-                self.handle_results(results)
+            if results or starts:
+                self.handle_results(results, starts)
             for rank in self.t.lost():
                 self.worker_lost(rank)
+            if self.prefetch and self.queued and not self.engine.accepting():
+                # The failure limit stops the run: what waits on workers goes back.
+                self.recall(list(self.queued))
+            if len(self.queued) != self.queued_seen:
+                self.queued_seen = len(self.queued)
+                self.emit("queue_changed", self.queued_seen)
             now_left = self.remaining()
             if self.stop_reason is None and now_left is not None and now_left <= 0:
                 log.fatal("Workflow wall time exceeded!")
@@ -414,6 +444,7 @@ class Master:
                     cpu_set = worker.host.take_cpu_set(cpus)
                     affinity = tuple(cpu_set) if cpu_set else None
                 self.running[task_id] = (worker, affinity)
+                self.unstarted.add(task_id)
                 self.tails[task_id] = 0
                 batches.setdefault(worker.rank, []).append(self.spec(task_id, affinity))
                 self.emit_dispatched(task_id, worker)
@@ -506,7 +537,7 @@ class Master:
         task = self.dag.tasks[task_id]
         return TaskSpec(task_id, task.name, task.command, task.cpus, task.memory,
                         self.engine.attempts[task_id], task.pipe_forwards, task.file_forwards,
-                        task.pegasus_id, affinity, after)
+                        task.pegasus_id, affinity, after, task.expected_runtime)
 
     def emit_dispatched(self, task_id: int, worker: Worker) -> None:
         self.tries_submitted += 1
@@ -553,9 +584,10 @@ class Master:
             depth += 1
         return depth
 
-    def promote(self, pred: int, worker: Worker) -> None:
+    def promote(self, pred: int, worker: Worker) -> int:
         """``pred`` ended on ``worker``: its queued successor (if any) started in its
-        place and takes over its slot and resources. Otherwise the slot is free."""
+        place and takes over its slot and resources (returned: the successor, -1 if
+        none). Otherwise the slot is free."""
         tasks = self.dag.tasks
         before = tasks[pred]
         succ = self.next_of.pop(pred, None)
@@ -563,10 +595,11 @@ class Master:
             self.tails.pop(pred, None)
             self.resources.release(worker, before.cpus, before.memory)
             self.emit("host_changed", worker.host)
-            return
+            return -1
         del self.queued[succ]
         self.recalling.discard(succ)
         self.running[succ] = (worker, None)
+        self.unstarted.add(succ)
         end = succ
         while end in self.next_of:
             end = self.next_of[end]
@@ -578,19 +611,36 @@ class Master:
             self.resources.allocate(worker, after.cpus, after.memory)
             self.emit("host_changed", worker.host)
         self.emit_dispatched(succ, worker)
+        return succ
 
-    def handle_results(self, results: list[TaskResult]) -> None:
+    def note_started(self, task_id: int, start: float) -> None:
+        """The worker started the task at ``start`` (its Unix time): observers hear it
+        once, after its predecessor's end and before its own."""
+        self.unstarted.discard(task_id)
+        worker = self.running[task_id][0]
+        self.emit("task_started", self.dag.tasks[task_id], self.seq[task_id],
+                  self.engine.attempts[task_id], worker.rank, worker.host.name, start)
+
+    def handle_results(self, results: list[TaskResult],
+                       starts: list[tuple[int, float]] | None = None) -> None:
+        """Results and starts from workers, told to the observers in the order they
+        happened on each slot: a try's start, its end, its successor's start."""
         tasks = self.dag.tasks
+        unstarted = self.unstarted
+        starts = starts or []
+        start_of = dict(starts)
         good: list[tuple[TaskResult, str | None]] = []
         for res in results:
-            entry = self.running.pop(res.id, None)
+            entry = self.running.get(res.id)
             if entry is None:
                 continue  # a result from a worker already given up on
+            if res.id in unstarted:
+                self.note_started(res.id, start_of.get(res.id, res.start))
+            del self.running[res.id]
             worker, affinity = entry
             task = tasks[res.id]
             if affinity:
                 worker.host.give_cpu_set(list(affinity))
-            self.promote(res.id, worker)
             self.runtime += res.duration
             self.cpu_time += res.cpu_time
             host = worker.host.name
@@ -603,7 +653,18 @@ class Master:
                 error = error or self.forward_errors.pop(res.id)
             if res.status == 0 and error is None and res.forwards:
                 error = self.write_forwards(task.name, res.forwards)
-            good.append((res, error))
+            self.emit("ended", task, self.seq[res.id], res, error)
+            if res.status == 0 and error is None:
+                good.append((res, error))
+            else:
+                # At once, before the successor's start: nothing to make durable first.
+                self.complete([(res, error)])
+            succ = self.promote(res.id, worker)
+            if succ >= 0 and succ in start_of:
+                self.note_started(succ, start_of[succ])
+        for tid, start in starts:  # tasks started that are still running
+            if tid in unstarted and tid in self.running:
+                self.note_started(tid, start)
         assert self.rescue is not None
         succeeded: list[tuple[TaskResult, str | None]] = [
             (r, err) for r, err in good if r.status == 0 and err is None]
@@ -614,9 +675,6 @@ class Master:
             self.rescue.write(tasks[r.id].name for r, _err in succeeded)
             urgent = self.awaited(succeeded)
             self.unsynced.append((self.rescue.request_sync(urgent), succeeded))
-        failed = [(r, err) for r, err in good if not (r.status == 0 and err is None)]
-        if failed:
-            self.complete(failed)
 
     def awaited(self, finished: list[tuple[TaskResult, str | None]]) -> bool:
         """Whether work waits for these tasks to count as done: some have children, and
@@ -704,6 +762,7 @@ class Master:
         lost = [tid for tid, (w, _a) in self.running.items() if w.rank == rank]
         for tid in lost:
             _w, affinity = self.running.pop(tid)
+            self.unstarted.discard(tid)
             task = self.dag.tasks[tid]
             if worker is not None:
                 worker.host.free_cpus += task.cpus

@@ -127,8 +127,12 @@ class PmcCollector(Collector):
         yield tasks
         yield CounterMetricFamily("pmc_tasks_dispatched", "Task tries sent to workers",
                                   value=t.dispatched_n)
-        yield GaugeMetricFamily("pmc_tasks_running", "Tasks running now",
+        yield GaugeMetricFamily("pmc_tasks_running", "Tasks running now (started by a "
+                                "worker, not ended)",
                                 value=len(t.running))
+        yield GaugeMetricFamily("pmc_tasks_queued", "Tasks on workers not started yet "
+                                "(queued behind running ones, or on their way)",
+                                value=t.queued)
         yield GaugeMetricFamily("pmc_tasks_ready", "Tasks ready and waiting for a slot",
                                 value=t.ready_now)
         yield GaugeMetricFamily("pmc_tasks_held", "Tasks held back (not enough wall time "

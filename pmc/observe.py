@@ -40,7 +40,7 @@ from pmc import log
 from pmc.dag import Task
 from pmc.events import Observer, RunInfo, Summary
 from pmc.options import RunOptions
-from pmc.protocol import TaskResult
+from pmc.protocol import TaskResult, describe
 from pmc.resources import Host
 
 # Upper bounds (seconds) of the task duration histogram: milliseconds to hours.
@@ -191,6 +191,9 @@ class LogOutput:
             pending = self.pending
             events = pending[:]
             del pending[:len(events)]  # appended meanwhile (by another thread): kept
+            # In the order things happened: a worker's starts and ends reach the master
+            # a little after they happened, beside events of the master's own.
+            events.sort(key=_event_time)
             chunk: list[str] = []
             for ev in events:
                 text = ev[0](ev)
@@ -293,7 +296,8 @@ class EventLog(Observer):
             "workflow.started", dag=info.dag_path, tasks=info.tasks,
             recovered=info.recovered, workers=info.workers, slots=info.slots, cpus=info.cpus,
             hosts=info.hosts, mode=info.mode, site=info.site, start=info.start,
-            max_wall_time=info.max_wall_time, pid=os.getpid())
+            max_wall_time=info.max_wall_time, pid=os.getpid(), accounting=info.accounting,
+            memory_limits=info.memory_limits or None)
         self.out.flush()
 
     def host_changed(self, host: Host) -> None:
@@ -327,10 +331,28 @@ class EventLog(Observer):
             self.emit("task.dispatched", task=task.name, seq=seq, **{"try": attempt},
                       rank=rank, host=host, cpus=task.cpus, memory=task.memory)
 
-    def result(self, task: Task, seq: int, res: TaskResult, outcome: str) -> None:
-        rank, host = self.where.pop(task.id, (-1, ""))
-        ev = (_result_lines, time.time(), task.name, seq, res, outcome, rank, host, task.cpus,
+    def task_started(self, task: Task, seq: int, attempt: int, rank: int, host: str,
+                     start: float) -> None:
+        ev = (_started_line, start, task.name, seq, attempt, rank, host, task.cpus,
               task.memory)
+        self._record(ev)
+
+    def ended(self, task: Task, seq: int, res: TaskResult, error: str | None) -> None:
+        # A successful try's end is written now, with the time it ended, before its
+        # successor's start: its record being made durable changes nothing it says.
+        if res.status == 0 and error is None:
+            rank, host = self.where.pop(task.id, (-1, ""))
+            self._record((_result_lines, res.start + res.duration, task.name, seq, res,
+                          "succeeded", rank, host, task.cpus, task.memory))
+
+    def result(self, task: Task, seq: int, res: TaskResult, outcome: str) -> None:
+        if outcome == "succeeded":
+            return  # written at its end (``ended``)
+        rank, host = self.where.pop(task.id, (-1, ""))
+        self._record((_result_lines, res.start + res.duration, task.name, seq, res, outcome,
+                      rank, host, task.cpus, task.memory))
+
+    def _record(self, ev: tuple[Any, ...]) -> None:
         if self.json:
             pending = self.pending
             pending.append(ev)
@@ -389,34 +411,56 @@ def _dispatched_line(ev: tuple[Any, ...]) -> str | None:
             f'"host":{_jstr(host)},"cpus":{cpus},"memory":{memory}}}\n')
 
 
+def _event_time(ev: tuple[Any, ...]) -> float:
+    ts = ev[1]
+    return ts if type(ts) is float else float(ts) if isinstance(ts, int | float) else 0.0
+
+
+def _started_line(ev: tuple[Any, ...]) -> str | None:
+    _, ts, name, seq, attempt, rank, host, cpus, memory = ev
+    if not (type(name) is str and type(seq) is int and type(attempt) is int
+            and type(rank) is int and type(host) is str and type(cpus) is int
+            and type(memory) is int and type(ts) is float and -_INF < ts < _INF):
+        return None
+    return (f'{{"timestamp":{ts!r},"level":"info","event":"task.started",'
+            f'"task":{_jstr(name)},"seq":{seq},"try":{attempt},"rank":{rank},'
+            f'"host":{_jstr(host)},"cpus":{cpus},"memory":{memory}}}\n')
+
+
+def _num(v: object) -> str | None:
+    """A float or None as _ENCODE writes it; None if it is neither (or not finite)."""
+    if v is None:
+        return "null"
+    if type(v) is float and -_INF < v < _INF:
+        return repr(v)
+    return None
+
+
 def _result_lines(ev: tuple[Any, ...]) -> str | None:
-    """task.started, then task.finished or task.failed (then task.retried)."""
+    """task.finished, directly; the rarer task.failed (then task.retried) take the
+    structlog path (None)."""
     _, ts, name, seq, res, outcome, rank, host, cpus, memory = ev
-    attempt, status, rss, error = res.attempt, res.status, res.max_rss_kb, res.error
+    attempt, status, rss = res.attempt, res.status, res.max_rss_kb
     start, duration, cpu_time = res.start, res.duration, res.cpu_time
-    if not (type(name) is str and type(seq) is int and type(cpus) is int
+    user, system = _num(res.user_cpu), _num(res.system_cpu)
+    if not (outcome == "succeeded" and type(name) is str and type(seq) is int
+            and type(cpus) is int
             and type(memory) is int and type(rank) is int and type(host) is str
             and type(attempt) is int and type(status) is int
-            and type(rss) is int and type(outcome) is str
+            and (rss is None or type(rss) is int)
+            and type(ts) is float and -_INF < ts < _INF
             and type(start) is float and -_INF < start < _INF
             and type(duration) is float and -_INF < duration < _INF
             and type(cpu_time) is float and -_INF < cpu_time < _INF
-            and (error is None or type(error) is str)):
+            and user is not None and system is not None and res.error is None):
         return None
-    start_text = repr(start)
-    event = "task.finished" if outcome == "succeeded" else "task.failed"
-    fields = (f'"task":{_jstr(name)},"seq":{seq},"try":{attempt},"rank":{rank},'
-              f'"host":{_jstr(host)},"cpus":{cpus},"memory":{memory}')
-    # Workers report start and end together: "started" carries the real start time.
-    text = (f'{{"timestamp":{start_text},"level":"info","event":"task.started",{fields}}}\n'
-            f'{{"timestamp":{ts!r},"level":"info","event":"{event}",{fields},'
-            f'"outcome":{_jstr(outcome)},"status":{status},"start":{start_text},'
-            f'"duration":{duration!r},"cpu_time":{cpu_time!r},"max_rss_kb":{rss},'
-            f'"error":{"null" if error is None else _jstr(error)}}}\n')
-    if outcome == "retry":
-        text += (f'{{"timestamp":{ts!r},"level":"info","event":"task.retried",'
-                 f'"task":{_jstr(name)},"seq":{seq},"try":{attempt + 1}}}\n')
-    return text
+    return (f'{{"timestamp":{ts!r},"level":"info","event":"task.finished",'
+            f'"task":{_jstr(name)},"seq":{seq},"try":{attempt},"rank":{rank},'
+            f'"host":{_jstr(host)},"cpus":{cpus},"memory":{memory},'
+            f'"outcome":"succeeded","status":{status},"start":{start!r},'
+            f'"duration":{duration!r},"cpu_time":{cpu_time!r},"user_cpu":{user},'
+            f'"system_cpu":{system},"max_rss_kb":{"null" if rss is None else rss},'
+            f'"error":null}}\n')
 
 
 def _held_events(ev: tuple[Any, ...]) -> list[tuple[str, dict[str, Any]]]:
@@ -431,17 +475,28 @@ def _held_events(ev: tuple[Any, ...]) -> list[tuple[str, dict[str, Any]]]:
         return [("task.dispatched", {"timestamp": ts, "task": name, "seq": seq,
                                      "try": attempt, "rank": rank, "host": host,
                                      "cpus": cpus, "memory": memory})]
+    if kind is _started_line:
+        _, _, name, seq, attempt, rank, host, cpus, memory = ev
+        return [("task.started", {"timestamp": ts, "task": name, "seq": seq,
+                                  "try": attempt, "rank": rank, "host": host,
+                                  "cpus": cpus, "memory": memory})]
     _, _, name, seq, res, outcome, rank, host, cpus, memory = ev
     task = {"task": name, "seq": seq, "try": res.attempt, "rank": rank, "host": host,
             "cpus": cpus, "memory": memory}
-    out = [
-        # Workers report start and end together: "started" carries the real start time.
-        ("task.started", {"timestamp": res.start, **task}),
-        ("task.finished" if outcome == "succeeded" else "task.failed",
-         {"timestamp": ts, **task, "outcome": outcome, "status": res.status,
-          "start": res.start, "duration": res.duration, "cpu_time": res.cpu_time,
-          "max_rss_kb": res.max_rss_kb, "error": res.error}),
-    ]
+    fields = {"timestamp": ts, **task, "outcome": outcome, "status": res.status,
+              "start": res.start, "duration": res.duration, "cpu_time": res.cpu_time,
+              "user_cpu": res.user_cpu, "system_cpu": res.system_cpu,
+              "max_rss_kb": res.max_rss_kb, "error": res.error}
+    if outcome != "succeeded":
+        # What ended it, in words when the worker gave no reason of its own, and where
+        # its stderr is, with its last lines.
+        if res.error is None:
+            fields["error"] = ("killed by its memory limit (cgroup OOM kill)"
+                               if res.oom_killed else describe(res.status))
+        fields["oom_killed"] = res.oom_killed
+        fields["stderr"] = res.stderr_path
+        fields["stderr_tail"] = res.stderr_tail
+    out = [("task.finished" if outcome == "succeeded" else "task.failed", fields)]
     if outcome == "retry":
         out.append(("task.retried", {"timestamp": ts, "task": name, "seq": seq,
                                      "try": res.attempt + 1}))
@@ -478,7 +533,12 @@ class Tally(Observer):
         self.retried = 0
         self.stopped = 0
         self.lost = 0
+        # Started by a worker and not ended: never more than the slots.
         self.running: dict[int, tuple[Task, int, str]] = {}  # id -> (task, rank, host)
+        # Dispatched, not started yet (in flight to the worker, or promoted in the place of
+        # a task that ended, the worker's word on its start to come).
+        self.sent: dict[int, tuple[Task, int, str]] = {}
+        self.prefetched = 0  # queued on workers behind running tasks
         self.cpus_busy = 0
         self.memory_busy = 0
         self.runtime = 0.0
@@ -507,14 +567,21 @@ class Tally(Observer):
             self.lost += 1
             self.cpus_busy -= task.cpus
             self.memory_busy -= task.memory
+        elif self.sent.pop(task.id, None) is not None:
+            self.lost += 1
 
     def dispatched(self, task: Task, seq: int, attempt: int, rank: int, host: str) -> None:
         self.dispatched_n += 1
+        self.sent[task.id] = (task, rank, host)
+
+    def task_started(self, task: Task, seq: int, attempt: int, rank: int, host: str,
+                     start: float) -> None:
+        self.sent.pop(task.id, None)
         self.running[task.id] = (task, rank, host)
         self.cpus_busy += task.cpus
         self.memory_busy += task.memory
 
-    def result(self, task: Task, seq: int, res: TaskResult, outcome: str) -> None:
+    def ended(self, task: Task, seq: int, res: TaskResult, error: str | None) -> None:
         d = res.duration
         entry = self.running.pop(task.id, None)
         if entry is not None:
@@ -525,6 +592,11 @@ class Tally(Observer):
         self.runtime += d
         self.cpu_time += res.cpu_time
         self.buckets[bisect_left(DURATION_BUCKETS, d)] += 1
+
+    def queue_changed(self, queued: int) -> None:
+        self.prefetched = queued
+
+    def result(self, task: Task, seq: int, res: TaskResult, outcome: str) -> None:
         if outcome == "succeeded":
             self.succeeded += 1
             if res.forwards:
@@ -543,9 +615,16 @@ class Tally(Observer):
     def finished(self, summary: Summary) -> None:
         self.summary = summary
         self.running.clear()
+        self.sent.clear()
+        self.prefetched = 0
         self.cpus_busy = self.memory_busy = 0
 
     # -- derived figures -------------------------------------------------------------------
+
+    @property
+    def queued(self) -> int:
+        """Tasks on workers not started yet: prefetched behind running ones, or sent."""
+        return len(self.sent) + self.prefetched
 
     @property
     def ready_now(self) -> int:

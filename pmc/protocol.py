@@ -6,13 +6,19 @@ worker has ready. The sequence of a run:
 
     master -> worker   CONFIG(version, WorkerConfig)
     worker -> master   HELLO(version, hostname, cpus, memory_mb, slots, pid, cpu_socket)
-    master -> worker   START(host_rank, run_host_script)
+    master -> worker   START(host_rank, run_host_script, wall_left)  (seconds of wall time
+                                                          left, None: no limit)
     worker -> master   HOST_SCRIPT(ok, message)          (only the worker that ran it)
     master -> worker   TASKS([TaskSpec, ...])            (any number of times)
     worker -> master   FORWARD(task id, destination, data)  (a piece of a finished task's
                                                           large pipe output, before its
                                                           result)
-    worker -> master   RESULTS([TaskResult, ...])        (any number of times)
+    worker -> master   RESULTS([TaskResult, ...], [(task id, start), ...])
+                                                         (any number of times: results,
+                                                          and the tasks started since the
+                                                          last message, in start order)
+    worker -> master   STARTED([(task id, start), ...])  (tasks started, no result to
+                                                          carry them)
     master -> worker   RECALL()                          (give back queued tasks)
     worker -> master   RETURNED([task id, ...])          (queued tasks given back, unstarted)
     master -> worker   KILL()                            (abort: kill running tasks, give
@@ -25,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-VERSION = 3  # 3: TaskResult.status is the raw wait status; FORWARD
+VERSION = 4  # 4: STARTED, starts with RESULTS, START carries the wall time left
 
 CONFIG = 1
 HELLO = 2
@@ -40,6 +46,7 @@ ERROR = 10  # worker -> master: the worker cannot go on (message)
 RECALL = 11
 RETURNED = 12
 FORWARD = 13
+STARTED = 14
 
 # The status of a try that failed for a reason of pmc's, not the task's own exit: the
 # program could not be started, its output files not opened, its forwarded files not read
@@ -84,6 +91,9 @@ class TaskSpec(NamedTuple):
     # this one the moment that one ends, in its place (prefetching: the slot never waits
     # for a round trip to the master).
     after: int = -1
+    # The task's declared runtime (seconds): a worker does not start it from its queue
+    # with less wall time left (it gives it back instead).
+    expected_runtime: float | None = None
 
 
 class TaskResult(NamedTuple):
@@ -95,9 +105,18 @@ class TaskResult(NamedTuple):
     start: float  # Unix time
     duration: float  # seconds, wall
     cpu_time: float  # user + system seconds of the task and its reaped children
-    max_rss_kb: int
+    # Peak memory of the task (KiB): of its whole process tree with cgroup accounting,
+    # else the largest RSS of one of its processes when it is known to be the task's own;
+    # None when it cannot be told apart from what the worker passed on (see
+    # pmc.accounting).
+    max_rss_kb: int | None
     error: str | None  # why the worker failed the task, if it did
     forwards: tuple[tuple[str, bytes], ...] | None  # (destination, data) to append
+    user_cpu: float | None = None  # seconds, the whole process tree (cgroup), or None
+    system_cpu: float | None = None
+    oom_killed: bool = False  # killed by the memory limit of its cgroup (--strict-limits)
+    stderr_path: str | None = None  # failed tries: where the task's stderr went
+    stderr_tail: str | None = None  # failed tries: its last lines (bounded)
 
 
 def signal_of(status: int) -> int:

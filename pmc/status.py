@@ -23,7 +23,7 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
 from pmc.dag import DagError, parse_dag
@@ -103,6 +103,7 @@ class StatusFile(Observer):
             "failed": t.failed,
             "retries": t.retried,
             "running": len(t.running),
+            "queued": t.queued,
             "ready": t.ready_now,
             "held": t.held_n if s is None else s.held,
             "slots": t.slots,
@@ -189,6 +190,7 @@ class Status:
     done: int
     recovered: int = 0
     running: int = 0
+    queued: int = 0  # on workers, not started yet (part of "remaining")
     failed: int = 0
     # not started, running, succeeded, failed, incomplete, aborted (fatal error),
     # interrupted (master gone without finishing)
@@ -312,6 +314,7 @@ def workflow_status(dag_path: str, rescue_path: str | None = None) -> Status:
         else:
             st.live = True
             st.running = int(snap.get("running", 0))
+            st.queued = int(snap.get("queued", 0))
             st.running_tasks = [str(n) for n in snap.get("running_tasks", [])]
             age = time.time() - updated
             where = f"pid {pid} on {host}"
@@ -350,8 +353,9 @@ def render(st: Status, tty: bool, width: int = 80) -> str:
         frac = st.done / st.tasks if st.tasks else 1.0
         bar_width = max(10, min(50, width - 30))
         lines.append(f"[{_bar(frac, bar_width)}] {100 * frac:5.1f}%  {st.done}/{st.tasks}")
-        parts = [f"{st.done} done", f"{st.running} running", f"{st.failed} failed",
-                 f"{st.remaining} remaining"]
+        parts = [f"{st.done} done", f"{st.running} running",
+                 *([f"{st.queued} queued"] if st.live else []),
+                 f"{st.failed} failed", f"{st.remaining} remaining"]
         if st.rate is not None:
             parts.append(f"{st.rate:.2f} tasks/s")
         if eta is not None:
@@ -364,6 +368,8 @@ def render(st: Status, tty: bool, width: int = 80) -> str:
             done += f" ({st.recovered} from earlier runs)"
         lines.append(done)
         lines.append(f"running: {st.running}")
+        if st.live:
+            lines.append(f"queued: {st.queued}")
         lines.append(f"failed: {st.failed}")
         lines.append(f"remaining: {st.remaining}")
         if st.rate is not None:
@@ -379,22 +385,45 @@ def render(st: Status, tty: bool, width: int = 80) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(dag_path: str, rescue_path: str | None = None, out: TextIO | None = None) -> int:
+def to_json(st: Status) -> str:
+    """``pmc status --json``: one object a line, the figures of ``render`` by name."""
+    fields = asdict(st)
+    fields.update(remaining=st.remaining, exit_code=st.exit_code)
+    return json.dumps(fields, separators=(",", ":")) + "\n"
+
+
+def main(dag_path: str, rescue_path: str | None = None, out: TextIO | None = None,
+         watch: float | None = None, as_json: bool = False) -> int:
+    """Print the status once, or with ``watch`` every so many seconds until the run is
+    no longer live (on a terminal the previous status is replaced; otherwise, and in
+    JSON, each one follows the last)."""
     out = out or sys.stdout
-    try:
-        st = workflow_status(dag_path, rescue_path)
-    except (DagError, RescueError) as e:
-        sys.stderr.write(f"pmc status: {e}\n")
-        return EXIT_USAGE
-    except OSError as e:
-        sys.stderr.write(f"pmc status: {dag_path}: {e.strerror or e}\n")
-        return EXIT_USAGE
-    tty = out.isatty()
-    width = 80
-    if tty:
+    tty = out.isatty() and not as_json
+    shown_lines = 0
+    while True:
         try:
-            width = os.get_terminal_size(out.fileno()).columns
-        except OSError:
-            pass
-    write_out(out, render(st, tty, width))
-    return st.exit_code
+            st = workflow_status(dag_path, rescue_path)
+        except (DagError, RescueError) as e:
+            sys.stderr.write(f"pmc status: {e}\n")
+            return EXIT_USAGE
+        except OSError as e:
+            sys.stderr.write(f"pmc status: {dag_path}: {e.strerror or e}\n")
+            return EXIT_USAGE
+        if as_json:
+            text = to_json(st)
+        else:
+            width = 80
+            if tty:
+                try:
+                    width = os.get_terminal_size(out.fileno()).columns
+                except OSError:
+                    pass
+            text = render(st, tty, width)
+        if tty and shown_lines:
+            # Back up over the last status and clear from there down: redrawn in place.
+            text = f"\x1b[{shown_lines}F\x1b[J{text}"
+        write_out(out, text)
+        shown_lines = text.count("\n")
+        if watch is None or not st.live:
+            return st.exit_code
+        time.sleep(watch)

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pmc import log, protocol
+from pmc.accounting import Accounting, self_maxrss_kb
 from pmc.dag import split_command
 from pmc.protocol import (
     FAILED_STATUS,
@@ -47,6 +48,9 @@ FILE_FORWARD_LIMIT = 1 << 20  # the reference's limit for -F files
 PIPE_MEMORY = 8 << 20
 FORWARD_CHUNK = 4 << 20
 KILL_GRACE = 3.0  # seconds between SIGTERM and SIGKILL of a task's process group
+# A failed try's stderr tail sent to the master: at most this many lines and bytes.
+TAIL_LINES = 10
+TAIL_BYTES = 2048
 # While every running task has its successor queued, results wait up to this long to
 # travel together: fewer messages for both ends, and the slots are not waiting. Embedded
 # mode only (see Worker.__init__).
@@ -120,8 +124,8 @@ class _Pipe:
 
 class Running:
     __slots__ = (
-        "app", "drained", "err_fd", "error", "out_fd", "pid", "pidfd", "pipe_bytes", "pipes",
-        "popen", "spec", "start", "t0",
+        "app", "cgroup", "drained", "err_fd", "err_offset", "err_path", "error", "out_fd",
+        "pid", "pidfd", "pipe_bytes", "pipes", "popen", "rss_floor", "spec", "start", "t0",
     )
 
     def __init__(self, spec: TaskSpec) -> None:
@@ -138,6 +142,10 @@ class Running:
         self.drained: list[_Pipe] = []  # pipes at EOF, in close order
         self.pipe_bytes = 0  # held in memory, all pipes together
         self.error: str | None = None
+        self.cgroup: Any = None  # its accounting slot (pmc.accounting), if any
+        self.rss_floor = 0  # the worker's RSS high-water mark when it was spawned
+        self.err_path = ""  # where its stderr goes, and how long that file was then
+        self.err_offset = 0
 
 
 # What a poller wait returns for each readable fd: the master's socket, a task's pidfd,
@@ -185,6 +193,11 @@ class Worker:
         self.successor_ids: set[int] = set()
         self.returned: list[int] = []  # queued tasks given back, to tell the master
         self.results: list[TaskResult] = []
+        # Tasks started since the last message to the master, (id, Unix time), in order:
+        # they travel with results, or alone (STARTED) when there are none.
+        self.starts: list[tuple[int, float]] = []
+        self.deadline: float | None = None  # monotonic: the run's wall time ends
+        self.refusing = False  # a stop was asked for: no task may start any more
         self.held_since: float | None = None  # when the oldest unsent result was ready
         self.host_script: subprocess.Popen[bytes] | None = None
         self.stopping = False
@@ -201,6 +214,8 @@ class Worker:
             log.debug(f"Worker {self.rank}: Using task stderr file: {err_path}")
             self.out_fd = _open_append(out_path)
             self.err_fd = _open_append(err_path)
+        self.err_path = os.path.abspath(config.err_path.format(rank=self.rank))
+        self.accounting = Accounting(config.slots, config.strict_limits)
         _close_on_exec_all()
         self.guard_fd = _start_guard()
         self.guard_lines: list[bytes] = []
@@ -230,8 +245,9 @@ class Worker:
         cpus = cfg.host_cpus if cfg.host_cpus is not None else detect_cpus()
         memory = cfg.host_memory if cfg.host_memory is not None else detect_memory_mb()
         sockets = cpu_sockets() if cfg.set_affinity else {}
+        acc = self.accounting
         return (protocol.HELLO, protocol.VERSION, self.hostname, cpus, memory, cfg.slots,
-                os.getpid(), sockets)
+                os.getpid(), sockets, acc.method, acc.limits, acc.why)
 
     def run_host_script(self) -> tuple[bool, str]:
         """Start the host script and wait for it to exit 0 (SIGALRM after 60 s)."""
@@ -316,15 +332,36 @@ class Worker:
         if after >= 0 and (after in self.running_ids or after in self.successor_ids):
             self.successors[after] = spec
             self.successor_ids.add(spec.id)
+        elif self.stop_requested():
+            self.returned.append(spec.id)
         else:
             self.launch(spec)
 
+    def stop_requested(self) -> bool:
+        """Has a stop been asked for (by the master, a signal, the wall time)? Then no
+        task starts: the signal handler only sets a flag, and a task's exit may be seen
+        before the loop looks at it."""
+        if not self.refusing and (self.term_requested or (
+                self.deadline is not None and time.monotonic() >= self.deadline)):
+            self.refusing = True
+        return self.refusing
+
     def start_successor(self, task_id: int) -> None:
-        """A task ended (or could not start): its queued successor takes its place."""
+        """A task ended (or could not start): its queued successor takes its place, if
+        the run goes on and the wall time left covers what the task declares; if not,
+        it goes back to the master, and so does every task queued behind it."""
         spec = self.successors.pop(task_id, None)
-        if spec is not None:
-            self.successor_ids.discard(spec.id)
-            self.launch(spec)
+        if spec is None:
+            return
+        self.successor_ids.discard(spec.id)
+        expected = spec.expected_runtime
+        if self.stop_requested() or (
+                expected is not None and self.deadline is not None
+                and self.deadline - time.monotonic() < expected):
+            self.returned.append(spec.id)
+            self.start_successor(spec.id)
+            return
+        self.launch(spec)
 
     def recall(self) -> None:
         """Give every queued task back to the master, unstarted."""
@@ -376,20 +413,41 @@ class Worker:
             env[var] = str(3 + i)
             r.pipes[rd] = _Pipe(var, dest)
         write_ends = [high for high, _target in moves]
-        needs_preexec = bool(spec.affinity) or (self.cfg.strict_limits and spec.memory > 0)
+        acc = self.accounting
+        rlimit = self.cfg.strict_limits and spec.memory > 0 and acc.limits == "rlimit"
+        needs_preexec = bool(spec.affinity) or rlimit
+        if self.cfg.per_task_stdio:
+            r.err_path = os.readlink(f"/proc/self/fd/{err_fd}")
+        else:
+            r.err_path = self.err_path
+            # Where this try's stderr begins in the shared file, for its tail should it
+            # fail (one slot: nothing else writes there meanwhile).
+            r.err_offset = os.fstat(err_fd).st_size if self.cfg.slots == 1 else -1
         r.start = time.time()
         r.t0 = time.monotonic()
         try:
+            r.cgroup = acc.enter(spec.memory)
+            if r.cgroup is None:
+                r.rss_floor = self_maxrss_kb()
             try:
-                self._spawn(r, None, argv, env, out_fd, err_fd, moves, needs_preexec)
-            except FileNotFoundError:
-                # The reference runs a bare name that is an executable file in the
-                # working directory before it searches PATH; looked at only when the PATH
-                # search failed, so that the usual launch costs no extra stat.
-                if "/" in argv[0] or not _is_executable(argv[0]):
-                    raise
-                self._spawn(r, argv[0], argv, env, out_fd, err_fd, moves, needs_preexec)
+                try:
+                    self._spawn(r, None, argv, env, out_fd, err_fd, moves, needs_preexec,
+                                rlimit)
+                except FileNotFoundError:
+                    # The reference runs a bare name that is an executable file in the
+                    # working directory before it searches PATH; looked at only when the
+                    # PATH search failed, so that the usual launch costs no extra stat.
+                    if "/" in argv[0] or not _is_executable(argv[0]):
+                        raise
+                    self._spawn(r, argv[0], argv, env, out_fd, err_fd, moves, needs_preexec,
+                                rlimit)
+            finally:
+                if r.cgroup is not None:
+                    acc.leave()
         except OSError as e:
+            if r.cgroup is not None:
+                acc.abandon(r.cgroup)
+                r.cgroup = None
             for fd in write_ends:
                 os.close(fd)
             for fd in r.pipes:
@@ -409,12 +467,14 @@ class Worker:
             self.poller.add(fd, (r, fd))
         self.running[r.pid] = r
         self.running_ids.add(spec.id)
+        self.starts.append((spec.id, r.start))
         self.guard(b"+%d\n" % r.pid)
         if self.debug:
             log.debug(f"Task {spec.name} started as pid {r.pid}")
 
     def _spawn(self, r: Running, path: str | None, argv: list[str], env: dict[str, str],
-               out_fd: int, err_fd: int, moves: list[tuple[int, int]], preexec: bool) -> None:
+               out_fd: int, err_fd: int, moves: list[tuple[int, int]], preexec: bool,
+               rlimit: bool) -> None:
         """Start the task's process in its own process group (same session); ``path``:
         the file to run, None for argv[0] searched in PATH."""
         spec = r.spec
@@ -423,7 +483,7 @@ class Worker:
                 argv, executable=path, env=env, stdin=subprocess.DEVNULL, stdout=out_fd,
                 stderr=err_fd,
                 close_fds=False,  # every fd of the worker is close-on-exec already
-                process_group=0, preexec_fn=_limits(spec, self.cfg.strict_limits, moves),
+                process_group=0, preexec_fn=_limits(spec, rlimit, moves),
             )
             r.pid = r.popen.pid
             return
@@ -474,8 +534,11 @@ class Worker:
                 spec.name, spec.pegasus_id, start, duration, FAILED_STATUS, r.app,
                 self.hostname, self.rank, spec.cpus, spec.memory))
         self._close_stdio(r)
+        self.starts.append((spec.id, start))
         self.results.append(TaskResult(spec.id, spec.attempt, FAILED_STATUS, start, duration,
-                                       0.0, 0, message, None))
+                                       0.0, None, message, None,
+                                       stderr_path=r.err_path or None,
+                                       stderr_tail=message[-TAIL_BYTES:]))
         self.start_successor(spec.id)
 
     # -- reaping -----------------------------------------------------------------------
@@ -603,10 +666,18 @@ class Worker:
             self.rank, spec.cpus, spec.memory,
         )
         _append(r.out_fd if r.out_fd >= 0 else self.out_fd, record)
+        tail = None
+        if status != 0 and r.err_offset >= 0:
+            tail = _tail(r.err_path, r.err_offset)
         self._close_stdio(r)
+        used = self.accounting.collect(r.cgroup, usage, status, r.rss_floor)
         cpu = usage.ru_utime + usage.ru_stime
-        self.results.append(TaskResult(spec.id, spec.attempt, status, r.start, duration, cpu,
-                                       usage.ru_maxrss, error, tuple(forwards) or None))
+        if used.user_cpu is not None and used.system_cpu is not None:
+            cpu = used.user_cpu + used.system_cpu  # the whole tree, orphans included
+        self.results.append(TaskResult(
+            spec.id, spec.attempt, status, r.start, duration, cpu, used.max_rss_kb, error,
+            tuple(forwards) or None, used.user_cpu, used.system_cpu, used.oom_killed,
+            r.err_path if status != 0 else None, tail))
         # Only now: the record closes this task's output in the shared file before the
         # next task's output begins, and the next task's result (should it fail to start)
         # reaches the master after this one's.
@@ -619,6 +690,7 @@ class Worker:
         r.out_fd = r.err_fd = -1
 
     def kill_all(self, sig: int = signal.SIGTERM) -> None:
+        self.refusing = True  # a stop: nothing may start from here on
         self.recall()  # nothing queued may start in a killed task's place
         for r in self.running.values():
             _signal_group(r.pid, sig)
@@ -708,13 +780,19 @@ class Worker:
                     self.held_since = now
                 if self.hungry() or now - self.held_since >= self.result_hold:
                     self.send_results()
+            elif self.starts:
+                # Tasks started with no result to carry the news: the master counts them
+                # queued until it hears (one message per batch of tasks, not per task).
+                starts, self.starts = self.starts, []
+                self.t.send(0, (protocol.STARTED, starts))
         self.send_results()
 
     def send_results(self) -> None:
         if self.results:
             results, self.results = self.results, []
+            starts, self.starts = self.starts, []
             self.held_since = None
-            self.t.send(0, (protocol.RESULTS, results))
+            self.t.send(0, (protocol.RESULTS, results, starts))
 
     def hungry(self) -> bool:
         """Does a running task lack a successor (or none run)? Then the master must hear
@@ -752,7 +830,10 @@ def run(transport: Transport) -> int:
     if msg[0] == protocol.SHUTDOWN:
         transport.send(0, (protocol.BYE, None))
         return 0
-    worker.host_rank, run_script = msg[1], msg[2]
+    worker.host_rank, run_script, wall_left = msg[1], msg[2], msg[3]
+    if wall_left is not None:
+        # Remaining seconds, not the master's clock: hosts' clocks may differ.
+        worker.deadline = time.monotonic() + wall_left
     log.trace(f"Worker {rank}: Host rank: {worker.host_rank}")
     prev_handlers = _install_term(worker)
     try:
@@ -770,6 +851,7 @@ def run(transport: Transport) -> int:
         worker.stop_host_script()
         return 1
     finally:
+        worker.accounting.close()
         for sig, handler in prev_handlers.items():
             signal.signal(sig, handler)
     return 0
@@ -817,9 +899,23 @@ def _install_term(worker: Worker) -> dict[int, Any]:
     return prev
 
 
-def _limits(spec: TaskSpec, strict: bool, moves: list[tuple[int, int]]) -> Callable[[], None]:
+def _tail(path: str, offset: int) -> str | None:
+    """The last lines a failed try wrote to its stderr (from ``offset`` on), bounded by
+    TAIL_LINES and TAIL_BYTES; None if there are none."""
+    try:
+        with open(path, "rb") as f:
+            end = os.fstat(f.fileno()).st_size
+            start = max(offset, end - TAIL_BYTES)
+            data = os.pread(f.fileno(), end - start, start) if end > start else b""
+    except OSError:
+        return None
+    lines = data.decode(errors="replace").splitlines()[-TAIL_LINES:]
+    return "\n".join(lines) or None
+
+
+def _limits(spec: TaskSpec, rlimit: bool, moves: list[tuple[int, int]]) -> Callable[[], None]:
     affinity = spec.affinity
-    limit = spec.memory * 1024 * 1024 if strict and spec.memory > 0 else 0
+    limit = spec.memory * 1024 * 1024 if rlimit else 0
 
     def apply() -> None:
         for high, target in moves:

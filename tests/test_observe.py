@@ -19,6 +19,7 @@ from pmctest import clean_env, pmc, pmc_mpi, write_dag
 from pmc import log
 from pmc.observe import LogOutput, setup_logging
 from pmc.options import RunOptions
+from pmc.protocol import describe
 
 TASK_FIELDS = {"task", "try", "rank", "host", "cpus", "memory"}
 END_FIELDS = TASK_FIELDS | {"status", "duration", "cpu_time", "max_rss_kb", "start",
@@ -177,7 +178,7 @@ def test_text_format_shows_task_events_at_debug(tmp_path: Path, mixed_dag: Path)
     date = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} \S+ "
     assert re.search(date + r"\[debug\] task\.finished task=ok seq=\d+ try=1 rank=1 host=\S+ "
                      r"cpus=1 memory=0 outcome=succeeded status=0 .*duration=\d+\.\d{3} "
-                     r"cpu_time=\d+\.\d{3} max_rss_kb=\d+", text, re.M), text
+                     r"cpu_time=\d+\.\d{3} .*max_rss_kb=\d+", text, re.M), text
     assert re.search(date + r"\[debug\] task\.failed task=bad .*status=1792 ", text)
     assert "[info] Workflow succeeded" not in text
     assert re.search("^" + date + r"\[error\] Workflow failed$", text, re.M), text
@@ -277,19 +278,39 @@ class _StructlogEvents:
         self.emit("task.dispatched", task=task.name, seq=seq, **{"try": attempt}, rank=rank,
                   host=host, cpus=task.cpus, memory=task.memory)
 
-    def result(self, task: Any, seq: int, res: Any, outcome: str) -> None:
+    def task_started(self, task: Any, seq: int, attempt: int, rank: int, host: str,
+                     start: float) -> None:
+        self.emit("task.started", timestamp=start, task=task.name, seq=seq,
+                  **{"try": attempt}, rank=rank, host=host, cpus=task.cpus,
+                  memory=task.memory)
+
+    def ended(self, task: Any, seq: int, res: Any, error: str | None) -> None:
+        if res.status == 0 and error is None:
+            self.result(task, seq, res, "succeeded", True)
+
+    def result(self, task: Any, seq: int, res: Any, outcome: str, now: bool = False) -> None:
+        if outcome == "succeeded" and not now:
+            return
         rank, host = self.where.pop(task.id, (-1, ""))
         emit = self.emit
-        emit("task.started", timestamp=res.start, task=task.name, seq=seq,
-             **{"try": res.attempt}, rank=rank, host=host, cpus=task.cpus,
-             memory=task.memory)
-        emit("task.finished" if outcome == "succeeded" else "task.failed",
+        ts = res.start + res.duration
+        extra: dict[str, Any] = {}
+        error = res.error
+        if outcome != "succeeded":
+            if error is None:
+                error = ("killed by its memory limit (cgroup OOM kill)" if res.oom_killed
+                         else describe(res.status))
+            extra = {"oom_killed": res.oom_killed, "stderr": res.stderr_path,
+                     "stderr_tail": res.stderr_tail}
+        emit("task.finished" if outcome == "succeeded" else "task.failed", timestamp=ts,
              task=task.name, seq=seq, **{"try": res.attempt}, rank=rank, host=host,
              cpus=task.cpus, memory=task.memory, outcome=outcome, status=res.status,
              start=res.start, duration=res.duration, cpu_time=res.cpu_time,
-             max_rss_kb=res.max_rss_kb, error=res.error)
+             user_cpu=res.user_cpu, system_cpu=res.system_cpu,
+             max_rss_kb=res.max_rss_kb, error=error, **extra)
         if outcome == "retry":
-            emit("task.retried", task=task.name, seq=seq, **{"try": res.attempt + 1})
+            emit("task.retried", timestamp=ts, task=task.name, seq=seq,
+                 **{"try": res.attempt + 1})
 
 
 @pytest.mark.parametrize("now", [1795332368.0253382, 1e9, 1795332368.5])
@@ -306,6 +327,10 @@ def test_direct_task_events_are_what_structlog_renders(
     results = [
         ("succeeded", TaskResult(0, 1, 0, now - 1.5, 0.0012528309998, 0.000795, 25172,
                                  None, None)),
+        ("succeeded", TaskResult(0, 1, 0, now - 1.5, 0.5, 0.25, None, None, None, 0.125,
+                                 0.125)),
+        ("failed", TaskResult(0, 1, 9, now, 0.5, 0.25, 204800, None, None, 0.125, 0.125,
+                              True, "/x/t.err.000", "line 1\nline 2")),
         ("retry", TaskResult(0, 1, 3, now, 1e-7, 0.0, 0, None, None)),
         ("failed", TaskResult(0, 2, -9, now, 12345.678, 1.0, 1, 'exit "code" 1\n', None)),
         ("stopped", TaskResult(0, 1, 1, now, 0.5, 0.25, 99, "killé", None)),
@@ -323,12 +348,22 @@ def test_direct_task_events_are_what_structlog_renders(
         for i, name in enumerate(names):
             task = Task(i, name, "/bin/true", cpus=1 + i, memory=100 * i)
             for seq, (outcome, res) in enumerate(results, 1):
+                # Rendered one at a time: both write in call order (the held-back
+                # events are sorted by time, which test_events_in_time_order covers).
                 ev.ready(task, seq)
+                out.flush()
                 if seq != 3:  # a result without a dispatch: rank -1, host ""
                     ev.dispatched(task, seq, res.attempt, seq, f"host-{i}")
+                    out.flush()
+                    ev.task_started(task, seq, res.attempt, seq, f"host-{i}", res.start)
+                    out.flush()
+                ev.ended(task, seq, res._replace(id=i), res.error)
+                out.flush()
                 ev.result(task, seq, res._replace(id=i), outcome)
+                out.flush()
         ev.ready(task, True)  # type: ignore[arg-type]
         ev.dispatched(task, True, 1, 1, "h")  # type: ignore[arg-type]
+        ev.ended(task, 1, results[0][1], None)
         ev.result(task, 1, results[0][1], "succeeded")
         out.close()
         outputs.append(path.read_text())
