@@ -342,14 +342,14 @@ class EventLog(Observer):
         # successor's start: its record being made durable changes nothing it says.
         if res.status == 0 and error is None:
             rank, host = self.where.pop(task.id, (-1, ""))
-            self._record((_result_lines, res.start + res.duration, task.name, seq, res,
+            self._record((_result_lines, _end_time(res), task.name, seq, res,
                           "succeeded", rank, host, task.cpus, task.memory))
 
     def result(self, task: Task, seq: int, res: TaskResult, outcome: str) -> None:
         if outcome == "succeeded":
             return  # written at its end (``ended``)
         rank, host = self.where.pop(task.id, (-1, ""))
-        self._record((_result_lines, res.start + res.duration, task.name, seq, res, outcome,
+        self._record((_result_lines, _end_time(res), task.name, seq, res, outcome,
                       rank, host, task.cpus, task.memory))
 
     def _record(self, ev: tuple[Any, ...]) -> None:
@@ -409,6 +409,15 @@ def _dispatched_line(ev: tuple[Any, ...]) -> str | None:
     return (f'{{"timestamp":{ts!r},"level":"info","event":"task.dispatched",'
             f'"task":{_jstr(name)},"seq":{seq},"try":{attempt},"rank":{rank},'
             f'"host":{_jstr(host)},"cpus":{cpus},"memory":{memory}}}\n')
+
+
+def _end_time(res: TaskResult) -> Any:
+    """When a try ended (its worker's start + duration); now if that is not a number."""
+    try:
+        end = res.start + res.duration
+        return end if -_INF < end < _INF else time.time()
+    except TypeError:
+        return time.time()
 
 
 def _event_time(ev: tuple[Any, ...]) -> float:

@@ -294,6 +294,9 @@ class _StructlogEvents:
         rank, host = self.where.pop(task.id, (-1, ""))
         emit = self.emit
         ts = res.start + res.duration
+        if not -float("inf") < ts < float("inf"):
+            from pmc import observe
+            ts = observe.time.time()  # the test's clock
         extra: dict[str, Any] = {}
         error = res.error
         if outcome != "succeeded":
@@ -363,6 +366,7 @@ def test_direct_task_events_are_what_structlog_renders(
                 out.flush()
         ev.ready(task, True)  # type: ignore[arg-type]
         ev.dispatched(task, True, 1, 1, "h")  # type: ignore[arg-type]
+        out.flush()
         ev.ended(task, 1, results[0][1], None)
         ev.result(task, 1, results[0][1], "succeeded")
         out.close()
