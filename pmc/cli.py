@@ -274,7 +274,7 @@ def cmd_run(p: argparse.ArgumentParser, args: argparse.Namespace, dropin: bool =
 def cmd_status(args: argparse.Namespace) -> int:
     from pmc.status import main as status_main
 
-    return status_main(args.dag, args.rescue)
+    return status_main(args.dag, args.rescue, watch=args.watch, as_json=args.json)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -300,6 +300,11 @@ def build_parser() -> argparse.ArgumentParser:
     status_p.add_argument("dag", metavar="workflow.dag", help="the DAG file")
     status_p.add_argument("-r", "--rescue", metavar="PATH",
                           help="rescue log (default DAG.rescue)")
+    status_p.add_argument("--watch", metavar="SECONDS", type=_seconds, nargs="?",
+                          const=2.0, help="show it again every SECONDS (default 2) until "
+                          "the run is no longer running")
+    status_p.add_argument("--json", action="store_true",
+                          help="one JSON object (a line each time with --watch)")
     status_p.set_defaults(func=cmd_status)
     report_p = sub.add_parser(
         "report", help="TTX, utilisation, throughput and concurrency from a JSON event log",

@@ -200,3 +200,41 @@ def test_usage_errors(tmp_path: Path) -> None:
     assert "missing.dag" in r.stderr
     r = pmc(["status"], tmp_path)
     assert r.returncode == 2
+
+
+def test_json_and_watch_follow_a_run_to_its_end(tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    waiter = f"/bin/sh -c 'while [ ! -e {gate} ]; do sleep 0.05; done'"
+    dag = write_dag(tmp_path / "w.dag", f"TASK a /bin/true\nTASK w {waiter}\nEDGE a w\n")
+    run = subprocess.Popen([sys.executable, "-m", "pmc", "run", "--workers", "1", dag.name],
+                           cwd=tmp_path, env=clean_env(), stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    watch = None
+    try:
+        for _ in range(600):  # until the snapshot shows the run
+            snap = json.loads(pmc(["status", "--json", dag.name], tmp_path).stdout)
+            if snap["state"] == "running" and snap["running"] == 1:
+                break
+            time.sleep(0.1)
+        assert (snap["live"], snap["done"], snap["tasks"], snap["exit_code"]) == \
+            (True, 1, 2, 3)
+        assert snap["running_tasks"] == ["w"]
+        watch = subprocess.Popen(
+            [sys.executable, "-m", "pmc", "status", "--watch", "0.2", "--json", dag.name],
+            cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE, text=True)
+        assert watch.stdout is not None
+        first = json.loads(watch.stdout.readline())
+        assert first["state"] == "running"
+        gate.touch()
+        assert run.wait(timeout=60) == 0
+        rest = [json.loads(line) for line in watch.stdout]
+        # It stops by itself once the run has ended, with the run's exit code.
+        assert watch.wait(timeout=60) == 0
+    finally:
+        for p in (run, watch):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+    assert rest, "no status after the run ended"
+    assert (rest[-1]["state"], rest[-1]["done"], rest[-1]["live"]) == ("succeeded", 2, False)
+    assert all(s["state"] == "running" for s in rest[:-1])
