@@ -8,7 +8,12 @@ Figures (definitions as in the RADICAL-Pilot paper and PMC's end-of-run lines):
 - Throughput over time: task tries that ended in each time bin, per second.
 - Concurrency over time: tasks running, averaged over each time bin (exact, from each
   try's start and duration), and its maximum.
-- Slowest tries, failed tries, and per-host utilisation (runtime / (TTX x host slots)).
+- Slowest tries, the tries that did not succeed, and per-host utilisation (runtime /
+  (TTX x host slots)).
+
+Every try is counted and drawn as what it was (``OUTCOMES``): succeeded; retried (failed,
+tried again); failed (failed for good); stopped (killed by a stop of the run — wall time,
+a signal, the failure limit — not the task's fault, and run again by the next run).
 
 Plain text by default; ``--plot out.png`` also draws concurrency and throughput over time
 with matplotlib (the optional ``plot`` extra).
@@ -27,6 +32,12 @@ from pmc.protocol import describe
 
 EXIT_OK, EXIT_USAGE = 0, 2
 TERMINAL = ("task.finished", "task.failed")
+# Outcomes of a try, in the order they are listed and stacked, with their plot colours.
+OUTCOMES = ("succeeded", "retry", "failed", "stopped")
+OUTCOME_WORDS = {"succeeded": "succeeded", "retry": "retried", "failed": "failed",
+                 "stopped": "stopped"}
+COLOURS = {"succeeded": "tab:green", "retry": "tab:orange", "failed": "tab:red",
+           "stopped": "tab:grey"}
 
 
 class ReportError(Exception):
@@ -46,6 +57,7 @@ class Try:
     cpu_time: float = 0.0
     max_rss_kb: int = 0
     error: str | None = None
+    stderr_tail: str | None = None
 
     @property
     def end(self) -> float:
@@ -105,7 +117,8 @@ def read_runs(path: str) -> list[Run]:
                         outcome=str(ev.get("outcome", "succeeded" if name == "task.finished"
                                            else "failed")),
                         cpu_time=float(ev.get("cpu_time") or 0.0),
-                        max_rss_kb=int(ev.get("max_rss_kb") or 0), error=ev.get("error")))
+                        max_rss_kb=int(ev.get("max_rss_kb") or 0), error=ev.get("error"),
+                        stderr_tail=ev.get("stderr_tail")))
                 except (KeyError, TypeError, ValueError) as e:
                     raise ReportError(f"{path}:{lineno}: {name} event without a usable "
                                       f"{e}") from None
@@ -124,12 +137,14 @@ class Figures:
     ru: float
     tries: int
     succeeded: int
-    failed_tries: int
+    failed_tries: int  # every try that did not succeed (see by_outcome)
+    by_outcome: dict[str, int]  # outcome -> tries
     throughput: float  # ended tries per second over TTX
     max_concurrency: int
     mean_concurrency: float
     bin_width: float
     bins: list[tuple[float, int, float]]  # (bin start offset, tries ended, mean running)
+    ended_by_outcome: dict[str, list[int]]  # outcome -> tries ended in each bin
     per_host: list[tuple[str, int, float, int, float]]  # host, tries, runtime, slots, util
 
 
@@ -161,12 +176,14 @@ def compute(run: Run, bin_width: float | None = None) -> Figures:
     width = bin_width if bin_width and bin_width > 0 else _nice_width(span)
     nbins = max(1, math.ceil(span / width - 1e-9))
     ended = [0] * nbins
+    ended_by: dict[str, list[int]] = {o: [0] * nbins for o in OUTCOMES}
     busy = [0.0] * nbins  # task-seconds inside each bin
     for t in tries:
         s = t.start - run.start
         e = t.end - run.start
         i = min(nbins - 1, max(0, int(e // width)))
         ended[i] += 1
+        ended_by.setdefault(t.outcome, [0] * nbins)[i] += 1
         b = max(0, int(s // width))
         while b < nbins and b * width < e:
             lo = max(s, b * width)
@@ -194,9 +211,13 @@ def compute(run: Run, bin_width: float | None = None) -> Figures:
         util = secs / (ttx * hslots) if ttx > 0 and hslots > 0 else 0.0
         per_host.append((host, n, secs, hslots, util))
     succeeded = sum(1 for t in tries if t.outcome == "succeeded")
+    by_outcome = {o: 0 for o in OUTCOMES}
+    for t in tries:
+        by_outcome[t.outcome] = by_outcome.get(t.outcome, 0) + 1
     return Figures(
         ttx=ttx, runtime=runtime, slots=slots, ru=ru, tries=len(tries),
-        succeeded=succeeded, failed_tries=len(tries) - succeeded,
+        succeeded=succeeded, failed_tries=len(tries) - succeeded, by_outcome=by_outcome,
+        ended_by_outcome=ended_by,
         throughput=len(tries) / ttx if ttx > 0 else 0.0, max_concurrency=peak,
         mean_concurrency=runtime / ttx if ttx > 0 else 0.0, bin_width=width, bins=bins,
         per_host=per_host)
@@ -211,7 +232,9 @@ def render(run: Run, fig: Figures, top: int = 10) -> str:
         state = f"{run.finished.get('outcome', 'finished')}"
     w(f"Outcome: {state}")
     w(f"Tasks in DAG: {run.tasks} ({run.recovered} done before this run)")
-    w(f"Task tries: {fig.tries} ({fig.succeeded} succeeded, {fig.failed_tries} failed)")
+    counts = ", ".join(f"{n} {OUTCOME_WORDS.get(o, o)}" for o, n in fig.by_outcome.items()
+                       if n or o in ("succeeded", "failed"))
+    w(f"Task tries: {fig.tries} ({counts})")
     w(f"TTX (time to execution): {fig.ttx:.3f} s")
     w(f"Summed task runtime: {fig.runtime:.3f} s")
     w(f"Slots: {fig.slots}")
@@ -236,10 +259,13 @@ def render(run: Run, fig: Figures, top: int = 10) -> str:
           f"(status {_status(t.status)})")
     failed = [t for t in run.tries if t.outcome != "succeeded"]
     w("")
-    w(f"Failed tries: {len(failed)}")
+    w(f"Tries that did not succeed: {len(failed)}")
     for t in failed:
         why = f": {t.error}" if t.error else ""
-        w(f"  {t.task} try {t.attempt}: status {_status(t.status)}, {t.outcome}{why}")
+        w(f"  {t.task} try {t.attempt}: status {_status(t.status)}, "
+          f"{OUTCOME_WORDS.get(t.outcome, t.outcome)}{why}")
+        if t.stderr_tail:
+            w(f"    stderr: {t.stderr_tail.splitlines()[-1]}")
     return "\n".join(out) + "\n"
 
 
@@ -273,9 +299,19 @@ def write_plot(run: Run, fig: Figures, path: str) -> None:
         ax1.legend(loc="upper right")
     ax1.set_ylabel("tasks running")
     ax1.set_title(f"{run.dag or 'workflow'}: TTX {fig.ttx:.1f} s, RU {fig.ru:.2f}")
-    ax2.bar([b[0] for b in fig.bins], [b[1] / fig.bin_width for b in fig.bins],
-            width=fig.bin_width, align="edge", color="tab:green")
-    ax2.set_ylabel("tasks/s ended")
+    # Tries ended per second, stacked by outcome, each in its own colour.
+    lefts = [b[0] for b in fig.bins]
+    bottom = [0.0] * len(lefts)
+    for outcome, counts in fig.ended_by_outcome.items():
+        if not any(counts):
+            continue
+        heights = [n / fig.bin_width for n in counts]
+        ax2.bar(lefts, heights, width=fig.bin_width, align="edge", bottom=bottom,
+                color=COLOURS.get(outcome, "tab:purple"),
+                label=OUTCOME_WORDS.get(outcome, outcome))
+        bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+    ax2.legend(loc="upper right")
+    ax2.set_ylabel("tries/s ended")
     ax2.set_xlabel("seconds since start")
     figure.tight_layout()
     figure.savefig(path, dpi=100)

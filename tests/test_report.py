@@ -55,7 +55,7 @@ def test_hand_computed_figures(tmp_path: Path) -> None:
     assert "RU (resource utilisation): 0.700" in out
     assert "Throughput: 0.800 tasks/s" in out  # 4 tries in 5 s
     assert "Concurrency: max 2, mean 1.400" in out
-    assert "Task tries: 4 (2 succeeded, 2 failed)" in out
+    assert "Task tries: 4 (2 succeeded, 1 retried, 1 failed)" in out
     assert "Tasks in DAG: 4 (1 done before this run)" in out
     assert "Outcome: failed" in out
     # Bins of 1 s: a try ending on a bin edge counts in the bin that starts there.
@@ -71,9 +71,9 @@ def test_hand_computed_figures(tmp_path: Path) -> None:
     assert hosts == [("h1", "2", "3.000", "1", "0.600"), ("h2", "2", "4.000", "1", "0.800")]
     slow = re.findall(r"^  (\w) try (\d): (\d+\.\d{3}) s on (h\d)", out, re.M)
     assert slow[:2] == [("B", "2", "3.000", "h2"), ("A", "1", "2.000", "h1")]
-    assert "Failed tries: 2" in out
+    assert "Tries that did not succeed: 2" in out
     # Statuses are raw wait statuses, shown with what they mean.
-    assert "  B try 1: status 256 (exit code 1), retry" in out
+    assert "  B try 1: status 256 (exit code 1), retried" in out
     assert "  C try 1: status 9 (signal 9), failed: boom" in out
 
 
@@ -174,3 +174,26 @@ def test_usage_errors(tmp_path: Path) -> None:
     r = pmc(["report", "bad.jsonl"], tmp_path)
     assert r.returncode == 2
     assert "bad.jsonl:2: task.finished event without a usable 'start'" in r.stderr
+
+
+def test_retries_and_stops_are_not_failures(tmp_path: Path) -> None:
+    """A run stopped at its wall time after a retry: each try counted, and binned for the
+    plot, as what it was."""
+    from pmc.report import compute, read_runs
+
+    log = tmp_path / "stop.jsonl"
+    log.write_text("\n".join([
+        ev("workflow.started", dag="stop.dag", tasks=3, slots=2, start=START),
+        end("A", 1, "h1", 0.0, 1.0, "succeeded"),
+        end("B", 1, "h2", 0.0, 1.0, "retry", status=1 << 8),
+        end("B", 2, "h2", 1.0, 1.0, "failed", status=1 << 8),
+        end("C", 1, "h1", 1.0, 2.0, "stopped", status=15, error="wall time"),
+        ev("workflow.finished", outcome="incomplete", wall=3.0, slots=2, runtime=5.0),
+    ]) + "\n")
+    r = pmc(["report", "--bin", "1", log.name], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "Task tries: 4 (1 succeeded, 1 retried, 1 failed, 1 stopped)" in r.stdout
+    assert "  C try 1: status 15 (signal 15), stopped: wall time" in r.stdout
+    fig = compute(read_runs(str(log))[0], 1.0)
+    assert fig.ended_by_outcome == {"succeeded": [0, 1, 0], "retry": [0, 1, 0],
+                                    "failed": [0, 0, 1], "stopped": [0, 0, 1]}
