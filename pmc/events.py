@@ -64,6 +64,11 @@ class Summary:
     # that failed, retried or not (``submitted``/``failed`` above count tasks).
     tries_submitted: int = 0
     tries_failed: int = 0
+    # Tries by what ended them, beside the reference's counts: failed and tried again,
+    # and killed by a stop of the run (wall time, a signal, the failure limit; the task
+    # runs again in the next run). ``tries_failed`` counts the retried ones too, as PMC.
+    tries_retried: int = 0
+    tries_stopped: int = 0
 
     # The end-of-run figures, defined once for the log lines, the events and the metrics.
     @property

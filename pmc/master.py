@@ -147,6 +147,7 @@ class Master:
         # worker, every try that failed (retried or not).
         self.tries_submitted = 0
         self.tries_failed = 0
+        self.tries_stopped = 0  # killed by a stop of the run
         # Tasks whose streamed pipe data (FORWARD) could not be written: task -> why.
         self.forward_errors: dict[int, str] = {}
         self.stop_deadline: float | None = None
@@ -708,6 +709,7 @@ class Master:
             if not ok and self.stop_reason is not None:
                 # Killed by the stop: not the task's fault, and not done either.
                 self.engine.requeue(res.id)
+                self.tries_stopped += 1
                 self.emit("result", task, self.seq[res.id], res._replace(error=error),
                           "stopped")
                 continue
@@ -843,6 +845,7 @@ class Master:
             submitted=engine.nsubmitted, succeeded=engine.ndone - engine.recovered,
             failed=engine.nfailed, extra=engine.nretries, recovered=engine.recovered,
             tries_submitted=self.tries_submitted, tries_failed=self.tries_failed,
+            tries_retried=engine.nretries, tries_stopped=self.tries_stopped,
             start=self.start, wall=wall, pid=os.getpid(), app=os.path.abspath(sys.argv[0]),
             runtime=self.runtime, cpu_time=self.cpu_time, slots=self.resources.total_slots,
             cpus=self.resources.total_cpus, workers=len(self.resources.workers),
