@@ -134,7 +134,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    help="cpus per host (env PMC_HOST_CPUS; 0 or default: detected); not "
                    "with --set-affinity")
     p.add_argument("--strict-limits", action="store_true",
-                   help="limit each task's address space to its -m request")
+                   help="limit each task to its -m request: its memory, through a cgroup "
+                   "where the worker can create one (pmc extension), else its address "
+                   "space (RLIMIT_AS, as PMC)")
     p.add_argument("--max-wall-time", metavar="MINUTES", type=_minutes,
                    help="abort the workflow after this many minutes (env PMC_MAX_WALL_TIME; "
                    "0 or default: no limit)")
