@@ -217,8 +217,11 @@ def _environment_as_written(root: yaml.Node, data: dict[str, Any]) -> None:
 
 def load_yaml(text: str, source: str) -> Any:
     """YAML text read as written (see ``ProfileLoader``); errors as ``SiteError``."""
-    loader = ProfileLoader(text)
+    loader: ProfileLoader | None = None
     try:
+        # The constructor already reads the text: a character YAML does not allow (a
+        # control character, a lone surrogate) is refused here, as a YAMLError too.
+        loader = ProfileLoader(text)
         root = loader.get_single_node()
         if root is None:
             return None
@@ -237,7 +240,8 @@ def load_yaml(text: str, source: str) -> Any:
     except ValueError as e:  # e.g. an integer of thousands of digits
         raise SiteError(f"{source}: not a usable profile: {e}") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 @dataclass(frozen=True)

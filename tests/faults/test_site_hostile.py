@@ -129,6 +129,7 @@ HOSTILE = {
     "scalar": "just a string\n",
     "list": "- site\n- scheduler\n",
     "nul-byte": "site: a\0b\nscheduler: slurm\n",
+    "control-char": "site: a\x07b\nscheduler: slurm\n",  # refused by YAML's reader itself
     "escaped-nul": 'site: "a\\0b"\nscheduler: slurm\n',
     "newline-in-value": BASE + 'job_name: "a\\nb"\n',
     "huge-string": "site: " + "x" * 1_000_000 + "\nscheduler: slurm\n",
