@@ -86,15 +86,16 @@ class _Slot:
             "cpu": os.open(f"{cpu_dir}/cpuacct.usage", flags),
             "user": os.open(f"{cpu_dir}/cpuacct.usage_user", os.O_RDONLY | os.O_CLOEXEC),
             "sys": os.open(f"{cpu_dir}/cpuacct.usage_sys", os.O_RDONLY | os.O_CLOEXEC),
+            "members": os.open(f"{mem_dir}/cgroup.procs", os.O_RDONLY | os.O_CLOEXEC),
         }
 
     def read(self, name: str) -> int:
         return int(os.pread(self.fds[name], 64, 0))
 
     def busy(self) -> bool:
+        """Does a process (a task's leftover) remain in the group?"""
         try:
-            with open(f"{self.mem_dir}/cgroup.procs") as f:
-                return bool(f.read().strip())
+            return bool(os.pread(self.fds["members"], 16, 0).strip())
         except OSError:
             return True
 
