@@ -565,6 +565,8 @@ class Master:
             entry = self.queued.pop(tid, None)
             self.recalling.discard(tid)
             if entry is None:
+                if tid in self.unstarted and tid in self.running:
+                    self.refused(tid)
                 continue
             pred = entry[1]
             if self.next_of.get(pred) == tid:
@@ -576,6 +578,21 @@ class Master:
         for pred in cut:
             if pred not in self.next_of and (pred in self.running or pred in self.queued):
                 self.tails[pred] = self.chain_depth(pred)
+
+    def refused(self, task_id: int) -> None:
+        """A task sent to start at once came back unstarted (its worker was stopping, by
+        a signal of its own or its wall time): its slot is free, the task ready again."""
+        worker, affinity = self.running.pop(task_id)
+        self.unstarted.discard(task_id)
+        task = self.dag.tasks[task_id]
+        if affinity:
+            worker.host.give_cpu_set(list(affinity))
+        self.tails.pop(task_id, None)
+        self.resources.release(worker, task.cpus, task.memory)
+        self.emit("host_changed", worker.host)
+        self.engine.requeue(task_id)
+        if self.stop_reason is None:
+            self.mark_ready(task_id)  # observers saw it dispatched: queued again
 
     def chain_depth(self, task_id: int) -> int:
         """How many tasks wait in a chain up to this one (0: it is running)."""

@@ -338,11 +338,15 @@ class Worker:
             self.launch(spec)
 
     def stop_requested(self) -> bool:
-        """Has a stop been asked for (by the master, a signal, the wall time)? Then no
-        task starts: the signal handler only sets a flag, and a task's exit may be seen
-        before the loop looks at it."""
-        if not self.refusing and (self.term_requested or (
-                self.deadline is not None and time.monotonic() >= self.deadline)):
+        """Has a stop been asked for? Then no task starts. The master's stop (KILL) and
+        the end of the wall time are for good; a SIGTERM/SIGINT of this worker's own
+        counts until the loop has handled it (killed the tasks, given the queued ones
+        back): the handler only sets a flag, and a killed task's exit may be seen first.
+        After that the master decides (a signal to this worker alone kills its tasks,
+        as before, but does not make it refuse work for ever)."""
+        if self.refusing or self.term_requested:
+            return True
+        if self.deadline is not None and time.monotonic() >= self.deadline:
             self.refusing = True
         return self.refusing
 
@@ -690,7 +694,6 @@ class Worker:
         r.out_fd = r.err_fd = -1
 
     def kill_all(self, sig: int = signal.SIGTERM) -> None:
-        self.refusing = True  # a stop: nothing may start from here on
         self.recall()  # nothing queued may start in a killed task's place
         for r in self.running.values():
             _signal_group(r.pid, sig)
@@ -707,6 +710,7 @@ class Worker:
         elif tag == protocol.RECALL:
             self.recall()
         elif tag == protocol.KILL:
+            self.refusing = True  # the master stops the run: nothing starts any more
             self.kill_all()
         elif tag == protocol.SHUTDOWN:
             log.trace(f"Worker {self.rank}: Got shutdown message")
