@@ -140,3 +140,25 @@ def test_no_task_starts_after_sigterm_to_the_master(tmp_path: Path) -> None:
 
 def test_no_task_starts_after_sigterm_to_every_process(tmp_path: Path) -> None:
     _stop_run(tmp_path, signal_all=True)
+
+
+def test_status_snapshot_sampled_during_a_run_stays_within_the_slots(tmp_path: Path) -> None:
+    dag = write_dag(tmp_path / "p.dag", "".join(
+        f"TASK t{i} /bin/sh -c 'sleep 0.1'\n" for i in range(40)))
+    proc = subprocess.Popen([sys.executable, "-m", "pmc", "run", "--workers", "2", dag.name],
+                            cwd=tmp_path, env=clean_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    snap = tmp_path / "p.dag.status.json"
+    seen: list[tuple[int, int]] = []
+    try:
+        while proc.poll() is None:
+            try:
+                data = json.loads(snap.read_text())
+            except (OSError, ValueError):
+                continue  # not written yet, or being replaced
+            seen.append((data["running"], data["queued"]))
+    finally:
+        assert proc.wait(60) == 0
+    assert seen
+    assert all(0 <= running <= 2 for running, _queued in seen), seen
+    assert any(queued > 0 for _running, queued in seen)  # prefetched tasks shown apart
