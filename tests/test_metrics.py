@@ -160,6 +160,11 @@ def check_scrapes(scrapes: list[dict], n: int) -> None:  # type: ignore[type-arg
         assert cur >= prev
         prev = cur
     assert any(value(s, "pmc_tasks_running") > 0 for s in mid)
+    # A task queued on a worker behind a running one is queued, not running: running
+    # never exceeds the slots, in any scrape.
+    for s in scrapes:
+        assert value(s, "pmc_tasks_running") <= value(s, "pmc_slots"), s
+        assert value(s, "pmc_slots_busy") <= value(s, "pmc_slots"), s
     final = scrapes[-1]
     assert value(final, "pmc_workflow_running") == 0
     assert value(final, "pmc_workflow_exit_code") == 0
@@ -169,6 +174,7 @@ def check_scrapes(scrapes: list[dict], n: int) -> None:  # type: ignore[type-arg
     assert value(final, "pmc_tasks_dispatched_total") == n
     assert value(final, "pmc_workflow_tasks") == n
     assert value(final, "pmc_tasks_running") == 0
+    assert value(final, "pmc_tasks_queued") == 0
     assert value(final, "pmc_tasks_ready") == 0
     assert value(final, "pmc_task_duration_seconds_count") == n
     assert value(final, "pmc_task_duration_seconds_bucket", le="+Inf") == n
