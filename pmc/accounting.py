@@ -143,6 +143,7 @@ class Accounting:
     def __init__(self, slots: int, strict_limits: bool) -> None:
         self.method = "rusage"
         self.why = ""  # why cgroups are not used, for the start event and -v
+        self.problem = ""  # why the last enter() gave no group, if it failed
         self.strict = strict_limits
         self.pid = str(os.getpid()).encode()
         self.free: list[_Slot] = []
@@ -207,24 +208,44 @@ class Accounting:
     def enter(self, memory_mb: int) -> _Slot | None:
         """Before a spawn: move this worker into a free slot's groups (the child inherits
         them), the slot's limit set to ``memory_mb`` with --strict-limits. None: no
-        cgroup accounting (``rusage``)."""
-        if not self.free:
-            if self.method == "rusage":
-                return None
-            self.free.append(self._new_slot())  # more tasks than slots: never expected
-        slot = self.free.pop()
+        cgroup for this task (``rusage``, or the groups failed: then ``self.problem``
+        says why, and a task that needs its limit must not start)."""
+        self.problem = ""
+        if self.method == "rusage":
+            return None
+        try:
+            if not self.free:
+                self.free.append(self._new_slot())  # more tasks than slots: not expected
+            slot = self.free.pop()
+        except OSError as e:
+            self.problem = f"cannot create a task cgroup: {e.strerror or e}"
+            return None
         limit = str(memory_mb << 20).encode() if self.strict and memory_mb > 0 else _UNLIMITED
-        if limit != slot.limit:
-            _write(f"{slot.mem_dir}/memory.limit_in_bytes", limit)
-            slot.limit = limit
-        os.write(slot.fds["mprocs"], self.pid)
-        os.write(slot.fds["cprocs"], self.pid)
+        try:
+            if limit != slot.limit:
+                slot.limit = b"?"
+                _write(f"{slot.mem_dir}/memory.limit_in_bytes", limit)
+                slot.limit = limit
+            os.write(slot.fds["mprocs"], self.pid)
+            os.write(slot.fds["cprocs"], self.pid)
+        except OSError as e:
+            self.problem = f"cannot use the task cgroup {slot.mem_dir}: {e.strerror or e}"
+            self.leave()
+            self.release(slot, replace=True)
+            return None
         return slot
 
     def leave(self) -> None:
-        """After the spawn (whatever happened): back into the worker's own groups."""
-        os.write(self.owner_fds[0], self.pid)
-        os.write(self.owner_fds[1], self.pid)
+        """After the spawn (whatever happened): back into the worker's own groups. Should
+        that fail, the worker would count in the next task's figures: cgroup accounting
+        ends here for this worker (``rusage`` from now on)."""
+        try:
+            os.write(self.owner_fds[0], self.pid)
+            os.write(self.owner_fds[1], self.pid)
+        except OSError as e:
+            log.error(f"Cannot move the worker back to its own cgroup ({e.strerror}): "
+                      "task accounting through rusage from now on")
+            self.method = "rusage"
 
     def abandon(self, slot: _Slot) -> None:
         """The spawn failed: the slot is free again."""

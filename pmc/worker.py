@@ -427,12 +427,20 @@ class Worker:
             # Where this try's stderr begins in the shared file, for its tail should it
             # fail (one slot: nothing else writes there meanwhile).
             r.err_offset = os.fstat(err_fd).st_size if self.cfg.slots == 1 else -1
+        r.cgroup = acc.enter(spec.memory)
+        if r.cgroup is None:
+            if acc.problem and self.cfg.strict_limits and spec.memory > 0:
+                # Its memory limit cannot be set: it must not run without one.
+                for fd in (*write_ends, *r.pipes):
+                    os.close(fd)
+                message = f"Task {spec.name}: {acc.problem}"
+                log.error(message)
+                self.fail_now(r, message, out_fd)
+                return
+            r.rss_floor = self_maxrss_kb()
         r.start = time.time()
         r.t0 = time.monotonic()
         try:
-            r.cgroup = acc.enter(spec.memory)
-            if r.cgroup is None:
-                r.rss_floor = self_maxrss_kb()
             try:
                 try:
                     self._spawn(r, None, argv, env, out_fd, err_fd, moves, needs_preexec,
