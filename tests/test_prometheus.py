@@ -173,6 +173,13 @@ def test_dashboard_queries_on_a_real_prometheus(tmp_path: Path,
     assert final["metric"] | IDENT == final["metric"], final["metric"]
     assert final["value"][1] == "0"
 
+    if node:
+        # node_exporter reads the textfile when Prometheus scrapes it: wait for the first
+        # scrape after the run wrote its final file (bounded), then query as of now.
+        final_text = f'pmc_workflow_exit_code{{job="node", batch_job="{IDENT["batch_job"]}"}}'
+        deadline = time.monotonic() + 60
+        while not prom.query(final_text) and time.monotonic() < deadline:
+            time.sleep(0.5)
     sources = ["pmc"] + (["node"] if node else [])
     for source in sources:
         when = at if source == "pmc" else None
