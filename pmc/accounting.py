@@ -183,6 +183,8 @@ class Accounting:
         mem = mem_root + groups["memory"].rstrip("/")
         cpu = cpu_root + groups["cpuacct"].rstrip("/")
         self.base = (mem, cpu)
+        for d in self.base:
+            _sweep(d)
         name = f"pmc-{os.getpid()}"
         os.mkdir(f"{mem}/{name}")
         try:
@@ -302,6 +304,31 @@ class Accounting:
                 except OSError as e:
                     log.debug(f"Cannot remove cgroup {d}: {e.strerror}")
         self.parent = ("", "")
+
+
+def _sweep(base: str) -> None:
+    """Remove the empty groups of workers that are gone: a worker killed with SIGKILL
+    (by mpiexec tearing a job down, the OOM killer) cannot remove its own."""
+    try:
+        names = [n for n in os.listdir(base) if n.startswith("pmc-") and n[4:].isdigit()]
+    except OSError:
+        return
+    for name in names:
+        try:
+            os.kill(int(name[4:]), 0)
+            continue  # a live worker's (or a reused pid's: left alone)
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue
+        group = f"{base}/{name}"
+        try:
+            for sub in os.listdir(group):
+                if sub.startswith("slot-"):
+                    os.rmdir(f"{group}/{sub}")
+            os.rmdir(group)
+        except OSError:
+            pass  # processes still in it: not ours to touch
 
 
 class _Unavailable(Exception):

@@ -219,6 +219,9 @@ class Worker:
         _close_on_exec_all()
         self.guard_fd = _start_guard()
         self.guard_lines: list[bytes] = []
+        for d in self.accounting.parent:
+            if d:  # removed by the guard should this worker be killed
+                self.guard(b"c%s\n" % d.encode())
         self.base_env = task_environment(os.environ)
         # An embedded worker runs in a process group of its own in the terminal's session
         # (it must stay in the job's session): with `stty tostop` its log lines to the
@@ -967,13 +970,16 @@ _GUARD = """
 import os, signal, time
 for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
     signal.signal(s, signal.SIG_IGN)
-groups, buf = set(), b""
+groups, buf, cgroups = set(), b"", []
 while True:
     data = os.read(0, 65536)
     if not data:
         break
     *lines, buf = (buf + data).split(b"\\n")
     for line in lines:
+        if line[:1] == b"c":
+            cgroups.append(line[1:].decode())
+            continue
         (groups.add if line[:1] == b"+" else groups.discard)(int(line[1:]))
     time.sleep(0.1)  # let lines gather in the pipe: a few wake-ups a second, not 2 per task
 def signal_all(sig):
@@ -991,6 +997,24 @@ while groups and time.monotonic() < deadline:
     time.sleep(0.05)
     groups = signal_all(0)
 signal_all(signal.SIGKILL)
+# The worker's accounting cgroups (gone already if it exited normally): once its tasks
+# are, they can be removed.
+for _ in range(20):
+    left = []
+    for d in cgroups:
+        try:
+            for sub in os.listdir(d):
+                if sub.startswith("slot-"):
+                    os.rmdir(os.path.join(d, sub))
+            os.rmdir(d)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            left.append(d)
+    cgroups = left
+    if not cgroups:
+        break
+    time.sleep(0.1)
 """
 
 

@@ -112,3 +112,41 @@ def test_failed_task_names_its_stderr_and_last_lines(tmp_path: Path) -> None:
     assert bad["error"] == "exit code 3"
     assert bad["stderr"] == str(tmp_path / "a.dag.err.1")
     assert bad["stderr_tail"].splitlines() == [f"line{i}" for i in range(21, 31)]
+
+
+@needs_cgroups
+def test_groups_of_a_killed_worker_are_removed(tmp_path: Path) -> None:
+    """A worker killed with SIGKILL cannot remove its cgroups: its guard does."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from pmc.accounting import CGROUP_ROOT, _own_groups
+
+    dag = write_dag(tmp_path / "k.dag", "TASK k /bin/sh -c 'echo $PPID > worker.pid; "
+                                        "exec sleep 60'\n")
+    proc = subprocess.Popen([PY, "-m", "pmc", "run", "--workers", "1", dag.name],
+                            cwd=tmp_path, env=clean_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        pid_file = tmp_path / "worker.pid"
+        deadline = time.monotonic() + 60
+        while not (pid_file.exists() and pid_file.read_text().strip()):
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        worker = int(pid_file.read_text())
+        groups = _own_groups()
+        dirs = [f"{CGROUP_ROOT}/memory{groups['memory'].rstrip('/')}/pmc-{worker}",
+                f"{CGROUP_ROOT}/cpuacct{groups['cpuacct'].rstrip('/')}/pmc-{worker}"]
+        assert all(os.path.isdir(d) for d in dirs)
+        os.kill(worker, signal.SIGKILL)
+        proc.wait(60)
+        deadline = time.monotonic() + 60
+        while any(os.path.exists(d) for d in dirs):
+            assert time.monotonic() < deadline, dirs
+            time.sleep(0.1)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
