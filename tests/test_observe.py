@@ -113,7 +113,12 @@ def test_json_log_of_a_run_matches_the_summary(tmp_path: Path, mixed_dag: Path) 
     assert by_task[("bad", "task.failed")]["status"] == 7 << 8  # the raw wait status
     assert by_task[("bad", "task.failed")]["outcome"] == "failed"
     assert by_task[("wide", "task.finished")]["cpus"] == 2
-    assert by_task[("ok", "task.finished")]["max_rss_kb"] > 0
+    rss = by_task[("ok", "task.finished")]["max_rss_kb"]
+    started = next(e for e in events if e["event"] == "workflow.started")
+    if started["accounting"].startswith("cgroup"):
+        assert rss > 0
+    else:  # rusage: a task below the worker's own high-water mark is unknown, not guessed
+        assert rss is None or rss > 0
     assert ("child", "task.dispatched") not in by_task
     assert [e["try"] for e in events
             if e.get("task") == "flaky" and e["event"] == "task.failed"] == [1]
@@ -176,9 +181,12 @@ def test_text_format_shows_task_events_at_debug(tmp_path: Path, mixed_dag: Path)
     assert r.returncode == 1
     text = (tmp_path / "pmc.log").read_text()
     date = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} \S+ "
+    # The peak is there where cgroups measure it; with rusage a small task's is unknown,
+    # and an unknown figure is left out of the line.
+    rss = r" .*max_rss_kb=\d+" if "accounting=cgroup" in text else ""
     assert re.search(date + r"\[debug\] task\.finished task=ok seq=\d+ try=1 rank=1 host=\S+ "
                      r"cpus=1 memory=0 outcome=succeeded status=0 .*duration=\d+\.\d{3} "
-                     r"cpu_time=\d+\.\d{3} .*max_rss_kb=\d+", text, re.M), text
+                     r"cpu_time=\d+\.\d{3}" + rss, text, re.M), text
     assert re.search(date + r"\[debug\] task\.failed task=bad .*status=1792 ", text)
     assert "[info] Workflow succeeded" not in text
     assert re.search("^" + date + r"\[error\] Workflow failed$", text, re.M), text
