@@ -3,9 +3,8 @@ submit, status and cancel for Slurm, PBS/Torque, LoadLeveler and local runs."""
 
 from __future__ import annotations
 
-from pmc.site import Site
-
 from .base import AdapterError, CommandError, JobState, JobStatus, Scheduler, render_script
+from .site import Site
 
 
 def scheduler_for(name: str) -> Scheduler:

@@ -22,9 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pmc.site import Site, hms
-
 from .launchers import launch_argv
+from .site import Site, hms
 
 # pmc run's exit code for "stopped before finishing, nothing failed permanently".
 EXIT_INCOMPLETE = 3

@@ -17,17 +17,6 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from pmc.site import (
-    Override,
-    Site,
-    SiteError,
-    default_site_path,
-    hms,
-    load_site,
-    override,
-    parse_set,
-)
-
 from . import chain as chains
 from . import scheduler_for
 from .base import (
@@ -39,6 +28,16 @@ from .base import (
     minutes_text,
     render_script,
     write_script,
+)
+from .site import (
+    Override,
+    Site,
+    SiteError,
+    default_site_path,
+    hms,
+    load_site,
+    override,
+    parse_set,
 )
 
 EXIT_OK = 0

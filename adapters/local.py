@@ -17,9 +17,8 @@ import signal
 import subprocess
 from pathlib import Path
 
-from pmc.site import Site
-
 from .base import AdapterError, JobState, JobStatus, Scheduler
+from .site import Site
 
 # Exit statuses of the script (pmc run's codes, or 128+signal) → JobState. A chain link
 # that handed over to its follow-up exits 0.

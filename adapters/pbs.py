@@ -14,9 +14,8 @@ from __future__ import annotations
 import re
 import shlex
 
-from pmc.site import Site, hms
-
 from .base import AdapterError, JobState, JobStatus, Scheduler, run_command
+from .site import Site, hms
 
 # job_state letters of qstat -f. F (PBS Pro) and C (Torque) are decided by Exit_status.
 STATES: dict[str, JobState] = {

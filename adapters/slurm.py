@@ -9,8 +9,6 @@ from __future__ import annotations
 import re
 import shlex
 
-from pmc.site import Site, hms
-
 from .base import (
     AdapterError,
     CommandError,
@@ -19,6 +17,7 @@ from .base import (
     Scheduler,
     run_command,
 )
+from .site import Site, hms
 
 STATES: dict[str, JobState] = {
     "PENDING": JobState.PENDING,

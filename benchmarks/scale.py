@@ -12,7 +12,7 @@ For each size and edge pattern a fresh interpreter (so RSS figures are its own):
    each TASK, as Pegasus writes clustered jobs),
 2. times ``parse_dag`` (reading, validation, duplicate-edge and cycle checks) and takes
    the peak RSS after it; for a file big enough to get an edge helper (a second
-   process resolving part of the EDGE lines, ``pmc.edgehelper``), its cpu, and its peak
+   process resolving part of the EDGE lines, ``pmc.dag.edgehelper``), its cpu, and its peak
    RSS from a run of the helper's work on its own,
 3. runs the real ``Master`` with every default observer (rescue log, resource log,
    status snapshot, tally) over an in-process transport whose workers finish a task the
@@ -54,8 +54,8 @@ class InstantTransport:
         self.now = time.time()
 
     def send(self, dest: int, msg: Any) -> None:
-        from pmc import protocol
-        from pmc.protocol import TaskResult
+        from pmc.core import protocol
+        from pmc.core.protocol import TaskResult
 
         tag = msg[0]
         if tag == protocol.CONFIG:
@@ -117,7 +117,8 @@ def peak_mb() -> float:
 def helper_mb(dag_path: str) -> float:
     """Peak RSS of the edge helper's work on this file, in a process of its own (the
     helper of a parse is not waited for in a way that would tell)."""
-    from pmc import dag, edgehelper
+    from pmc import dag
+    from pmc.dag import edgehelper
 
     if os.path.getsize(dag_path) < edgehelper.MIN_BYTES:
         return 0.0
@@ -133,10 +134,10 @@ def helper_mb(dag_path: str) -> float:
 def measure(dag_path: str, workers: int, slots: int) -> dict[str, float]:
     """In this process: parse, then a whole run of the master. Figures as a dict."""
     from pmc import log
+    from pmc.commands.run import _record_observers
     from pmc.dag import parse_dag
-    from pmc.master import Master
     from pmc.options import RunOptions
-    from pmc.run import _record_observers
+    from pmc.runtime.master import Master
 
     log.setup(log.WARN)
     base = peak_mb()
@@ -150,7 +151,7 @@ def measure(dag_path: str, workers: int, slots: int) -> dict[str, float]:
     parse_rss = peak_mb()
     opts = RunOptions(dag=dag_path, skip_rescue=True, nolock=True, mode="local",
                       worker_slots=slots, host_cpus=workers * slots)
-    from pmc import observe
+    from pmc.outputs import observe
 
     transport = InstantTransport(workers, slots, workers * slots)
     master = Master(transport, opts, dag, set(), [], "local",

@@ -2,6 +2,6 @@
 
 import sys
 
-from pmc.cli import main
+from pmc.commands.cli import main
 
 sys.exit(main())

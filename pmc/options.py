@@ -49,7 +49,7 @@ class RunOptions:
     metrics_textfile: str | None = None
     metrics_pushgateway: str | None = None
     site: str = ""
-    # Progress while running (pmc.progress): a line every so many seconds when stderr is
+    # Progress while running (pmc.outputs.progress): a line every so many seconds when stderr is
     # not a terminal (None or 0: none), and the live line on a terminal.
     progress_interval: float | None = None
     live_progress: bool = False

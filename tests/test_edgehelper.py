@@ -18,8 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pmc import dag as dagmod
-from pmc import edgehelper
-from pmc.dag import DAG, DagError, parse_dag
+from pmc.dag import DAG, DagError, edgehelper, parse_dag
 
 
 class Helped:

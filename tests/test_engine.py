@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from pmc.core.engine import Engine, Outcome, State
 from pmc.dag import DAG, parse_dag
-from pmc.engine import Engine, Outcome, State
 
 
 def make(tmp_path: Path, text: str) -> DAG:

@@ -11,7 +11,7 @@ from pmctest import DIAMOND, clean_env, write_dag
 
 PROGRAM = """
 import logging, sys
-from pmc.cli import main
+from pmc.commands.cli import main
 seen = []
 class Keep(logging.Handler):
     def emit(self, record):

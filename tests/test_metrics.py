@@ -21,9 +21,9 @@ import yaml
 from pmctest import MPIEXEC, REPO, clean_env, pmc, write_dag
 from prometheus_client.parser import text_string_to_metric_families
 
-from pmc.events import RunInfo, Summary
-from pmc.metrics import IDENTITY, make_registry, metric_names
-from pmc.observe import Tally
+from pmc.core.events import RunInfo, Summary
+from pmc.outputs.metrics import IDENTITY, make_registry, metric_names
+from pmc.outputs.observe import Tally
 
 N_TASKS = 16
 SECRET = "s3cr3t-argument"

@@ -17,9 +17,9 @@ import pytest
 from pmctest import clean_env, pmc, pmc_mpi, write_dag
 
 from pmc import log
-from pmc.observe import LogOutput, setup_logging
+from pmc.core.protocol import describe
 from pmc.options import RunOptions
-from pmc.protocol import describe
+from pmc.outputs.observe import LogOutput, setup_logging
 
 TASK_FIELDS = {"task", "try", "rank", "host", "cpus", "memory"}
 END_FIELDS = TASK_FIELDS | {"status", "duration", "cpu_time", "max_rss_kb", "start",
@@ -229,8 +229,9 @@ def test_json_mode_turns_log_lines_into_objects(tmp_path: Path) -> None:
 
 
 def test_importing_configures_nothing() -> None:
-    code = ("import structlog, pmc.log, pmc.observe, pmc.metrics, pmc.status, pmc.report, "
-            "pmc.cli\n"
+    code = ("import structlog, pmc.log, pmc.outputs.observe, pmc.outputs.metrics, "
+            "pmc.outputs.status, pmc.commands.report, "
+            "pmc.commands.cli\n"
             "assert not structlog.is_configured()\n"
             "assert pmc.log._sink is None and pmc.log._stream is None\n"
             "import logging\n"
@@ -259,7 +260,7 @@ def test_worker_messages_follow_the_log_format(mode: str, tmp_path: Path) -> Non
 
 
 class _Clock:
-    """A stand-in for pmc.observe's ``time``: the same timestamp for every event."""
+    """A stand-in for pmc.outputs.observe's ``time``: the same timestamp for every event."""
 
     def __init__(self, now: float) -> None:
         self.now = now
@@ -303,7 +304,7 @@ class _StructlogEvents:
         emit = self.emit
         ts = res.start + res.duration
         if not -float("inf") < ts < float("inf"):
-            from pmc import observe
+            from pmc.outputs import observe
             ts = observe.time.time()  # the test's clock
         extra: dict[str, Any] = {}
         error = res.error
@@ -329,9 +330,9 @@ def test_direct_task_events_are_what_structlog_renders(
         now: float, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The per-task JSON lines are written without structlog: byte for byte what the
     structlog chain made of the same calls, values of unusual types included."""
-    from pmc import observe
+    from pmc.core.protocol import TaskResult
     from pmc.dag import Task
-    from pmc.protocol import TaskResult
+    from pmc.outputs import observe
 
     monkeypatch.setattr(observe, "time", _Clock(now))
     names = ["t0", 'we"ird\\name', "ünï\tcödé", "x" * 300]
@@ -389,7 +390,7 @@ def test_held_back_task_events_keep_their_place(tmp_path: Path) -> None:
     """Task events are rendered later, together, but land where they happened: before a
     log message written after them, and at exit even without a close."""
     from pmc.dag import Task
-    from pmc.observe import EventLog
+    from pmc.outputs.observe import EventLog
 
     path = tmp_path / "ev.jsonl"
     out = LogOutput("json", str(path))
@@ -405,7 +406,7 @@ def test_held_back_task_events_keep_their_place(tmp_path: Path) -> None:
 
     code = ("import sys\n"
             "from pmc.dag import Task\n"
-            "from pmc.observe import EventLog, LogOutput\n"
+            "from pmc.outputs.observe import EventLog, LogOutput\n"
             "ev = EventLog(LogOutput('json', sys.argv[1]))\n"
             "ev.ready(Task(0, 'a', '/bin/true'), 1)\n")
     exit_path = tmp_path / "exit.jsonl"

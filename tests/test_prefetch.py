@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from pmctest import pmc, pmc_mpi, write_dag
 
-from pmc import protocol
+from pmc.core import protocol
+from pmc.core.events import Observer
+from pmc.core.protocol import TaskResult, TaskSpec
 from pmc.dag import Task, parse_dag
-from pmc.events import Observer
-from pmc.master import Master
 from pmc.options import RunOptions
-from pmc.protocol import TaskResult, TaskSpec
+from pmc.runtime.master import Master
 
 
 class SimWorkers:

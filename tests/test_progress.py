@@ -131,7 +131,7 @@ def test_progress_interval_zero_is_off(tmp_path: Path) -> None:
 def test_drop_in_command_shows_no_progress(tmp_path: Path) -> None:
     dag = slow_dag(tmp_path)
     code, out = on_a_terminal(
-        [sys.executable, "-c", "import sys; from pmc.cli import pegasus_main; "
+        [sys.executable, "-c", "import sys; from pmc.commands.cli import pegasus_main; "
          "sys.exit(pegasus_main())", dag.name], tmp_path)
     assert code == 1
     assert not LIVE.search(out.decode()) and b"\x1b[K" not in out and b"Progress" not in out

@@ -179,7 +179,7 @@ def test_usage_errors(tmp_path: Path) -> None:
 def test_retries_and_stops_are_not_failures(tmp_path: Path) -> None:
     """A run stopped at its wall time after a retry: each try counted, and binned for the
     plot, as what it was."""
-    from pmc.report import compute, read_runs
+    from pmc.commands.report import compute, read_runs
 
     log = tmp_path / "stop.jsonl"
     log.write_text("\n".join([

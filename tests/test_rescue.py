@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from pmc.core.rescue import RescueLog, read_rescue
 from pmc.dag import DAG, parse_dag
-from pmc.rescue import RescueLog, read_rescue
 
 
 def dag(tmp_path: Path) -> DAG:

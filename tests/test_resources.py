@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pmc.resources import Host, Resources
+from pmc.core.resources import Host, Resources
 
 
 def pool() -> Resources:

@@ -13,10 +13,10 @@ from pathlib import Path
 
 from pmctest import clean_env, pmc, pmc_mpi, write_dag
 
-from pmc import protocol
+from pmc.core import protocol
 from pmc.dag import parse_dag
-from pmc.master import Master
 from pmc.options import RunOptions
+from pmc.runtime.master import Master
 
 
 def _stat(pid: int) -> tuple[int, int, int] | None:
@@ -95,7 +95,7 @@ def test_everything_stays_in_the_jobs_session(tmp_path: Path) -> None:
                 break
             time.sleep(0.05)
         assert len(tasks) == 2, (tmp_path / "run.out").read_text()
-        workers = [p for p in tree if "pmc.worker" in _cmdline(p)]
+        workers = [p for p in tree if "pmc.runtime.worker" in _cmdline(p)]
         guards = [p for p in tree if " -I -S -c " in _cmdline(p)]
         service = [int(p) for p in os.listdir("/proc") if p.isdigit()
                    and tag in _cmdline(int(p))]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from pmc.protocol import Message
+from pmc.core.protocol import Message
 
 
 class Transport(Protocol):

@@ -1,7 +1,7 @@
 """The embedded transport: worker processes on this machine, one socket pair each.
 
 Used when ``pmc run`` was not started by an MPI launcher. The master starts a Python
-running ``pmc.worker`` for ranks 1..N (see ``pmc.pychild``) with one end of a
+running ``pmc.runtime.worker`` for ranks 1..N (see ``pmc.pychild``) with one end of a
 socketpair; messages are length-prefixed pickles (``pmc.transport.stream``). Waiting is
 a ``select`` on the sockets: no polling, no spinning. A worker whose socket closes is
 reported by ``lost()``.
@@ -15,7 +15,7 @@ import socket
 import subprocess
 import time
 
-from pmc.protocol import Message
+from pmc.core.protocol import Message
 from pmc.pychild import python_command
 from pmc.transport import TransportError
 from pmc.transport.stream import RECV, Conn, frame
@@ -36,7 +36,7 @@ class LocalMaster:
         for rank in range(1, workers + 1):
             mine, theirs = socket.socketpair()
             proc = subprocess.Popen(
-                python_command("pmc.worker", "--fd", str(theirs.fileno()),
+                python_command("pmc.runtime.worker", "--fd", str(theirs.fileno()),
                                "--rank", str(rank), "--size", str(self.size)),
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,

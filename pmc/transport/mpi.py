@@ -35,7 +35,7 @@ import time
 from mpi4py import MPI
 
 from pmc import log
-from pmc.protocol import Message
+from pmc.core.protocol import Message
 from pmc.transport import TransportError, look_interval
 from pmc.transport.local import LocalWorker
 from pmc.transport.stream import RECV, Conn, frame

@@ -10,7 +10,7 @@ import pickle
 import socket
 import struct
 
-from pmc.protocol import Message
+from pmc.core.protocol import Message
 
 _HEADER = struct.Struct("!I")
 # Reads go into one preallocated buffer: recv(n) allocates n bytes each call, and for

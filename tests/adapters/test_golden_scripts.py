@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 from pmc.adapters import script_for
-
-from pmc.site import load_site
+from pmc.adapters.site import load_site
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "golden"

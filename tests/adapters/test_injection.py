@@ -17,8 +17,7 @@ from typing import Any
 import pytest
 from conftest import Fakes, base_profile, rescue_done
 from pmc.adapters import AdapterError, script_for
-
-from pmc.site import SiteError, parse_site
+from pmc.adapters.site import SiteError, parse_site
 
 EVIL = "x$(touch PWNED1)`touch PWNED2`;touch PWNED3 'q' \"dq\" $HOME \\ && touch PWNED4 #"
 

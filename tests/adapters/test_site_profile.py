@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from pmc.site import SiteError, load_site, parse_duration, parse_memory_mb, parse_site
+from pmc.adapters.site import SiteError, load_site, parse_duration, parse_memory_mb, parse_site
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -255,7 +254,7 @@ def test_a_key_given_twice_is_refused(tmp_path: Path) -> None:
 
 
 def test_overrides_change_the_profile_and_are_validated_like_it(tmp_path: Path) -> None:
-    from pmc.site import override, parse_set
+    from pmc.adapters.site import override, parse_set
 
     path = site_text(tmp_path, "walltime: 10\nqueue: debug\n")
     site = load_site(
@@ -302,7 +301,7 @@ def test_overrides_change_the_profile_and_are_validated_like_it(tmp_path: Path) 
 
 
 def test_default_profile_location() -> None:
-    from pmc.site import default_site_path
+    from pmc.adapters.site import default_site_path
 
     assert default_site_path({"PMC_SITE": "/p/site.yaml"}) == ("/p/site.yaml", "$PMC_SITE")
     assert default_site_path({"XDG_CONFIG_HOME": "/nonexistent", "HOME": "/nonexistent"}) is None

@@ -32,10 +32,10 @@ def _stat(pid: int) -> tuple[int, int, int] | None:
 
 
 def is_worker(pid: int, master: int) -> bool:
-    """A worker of ``master``: its direct child running pmc.worker. (A task between fork
+    """A worker of ``master``: its direct child running pmc.runtime.worker. (A task between fork
     and exec still shows its worker's command line, one level further down.)"""
     st = _stat(pid)
-    return st is not None and st[0] == master and "pmc.worker" in cmdline(pid)
+    return st is not None and st[0] == master and "pmc.runtime.worker" in cmdline(pid)
 
 
 def all_pids() -> list[int]:

@@ -35,7 +35,7 @@ from faultkit import (
     with_marker,
 )
 
-from pmc.master import PREFETCH_DEPTH
+from pmc.runtime.master import PREFETCH_DEPTH
 
 pytestmark = pytest.mark.faults
 

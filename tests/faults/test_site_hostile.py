@@ -21,14 +21,14 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from pmc.site import LAUNCHERS, SCHEDULERS, Site, SiteError, load_site
+from pmc.adapters.site import LAUNCHERS, SCHEDULERS, Site, SiteError, load_site
 
 pytestmark = pytest.mark.faults
 
 REPO = Path(__file__).resolve().parents[2]
 # The installed package's schema: the container's test stage has no source tree.
-SCHEMA = json.loads(resources.files("pmc.schemas").joinpath("site.schema.json").read_text())
+SCHEMA = json.loads(
+    resources.files("pmc.adapters.schemas").joinpath("site.schema.json").read_text())
 KEYS = sorted(SCHEMA["properties"])
 EXAMPLES = sorted((REPO / "configs").glob("site-*.yaml"))
 
@@ -191,7 +191,7 @@ def test_hostile_bytes(name: str, tmp_path: Path) -> None:
     path = tmp_path / "p.yaml"
     path.write_bytes(BYTES[name])
     code = (
-        "import os, sys\nfrom pmc.site import load_site, SiteError\n"
+        "import os, sys\nfrom pmc.adapters.site import load_site, SiteError\n"
         "try:\n    load_site(sys.argv[1])\nexcept SiteError as e:\n"
         "    print(e)\n"
         "    limit = 20000 + 300 * os.path.getsize(sys.argv[1])\n"

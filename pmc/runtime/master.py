@@ -18,15 +18,16 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from pmc import log, protocol
+from pmc import log
+from pmc.core import protocol
+from pmc.core.engine import Engine, Outcome
+from pmc.core.events import Observer, RunInfo, Summary
+from pmc.core.protocol import TaskResult, TaskSpec, WorkerConfig
+from pmc.core.records import cluster_summary_record
+from pmc.core.rescue import RescueError, RescueLog
+from pmc.core.resources import Resources, Worker
 from pmc.dag import DAG
-from pmc.engine import Engine, Outcome
-from pmc.events import Observer, RunInfo, Summary
 from pmc.options import RunOptions
-from pmc.protocol import TaskResult, TaskSpec, WorkerConfig
-from pmc.records import cluster_summary_record
-from pmc.rescue import RescueError, RescueLog
-from pmc.resources import Resources, Worker
 from pmc.transport import Transport, TransportError
 
 EXIT_OK = 0

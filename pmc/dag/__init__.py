@@ -24,7 +24,7 @@ from operator import le
 from typing import TYPE_CHECKING, BinaryIO, NamedTuple
 
 if TYPE_CHECKING:
-    from pmc.edgehelper import EdgeHelper
+    from pmc.dag.edgehelper import EdgeHelper
 
 
 class DagError(Exception):
@@ -401,7 +401,7 @@ def parse_dag(path: str) -> DAG:
 
     Problems within a line are reported in file order; cycles once the whole file has
     been read. A big file's EDGE lines are shared with a helper
-    process (``pmc.edgehelper``); should that fail, or the file hold an error, the file
+    process (``pmc.dag.edgehelper``); should that fail, or the file hold an error, the file
     is parsed again alone, and the error is the one the serial parse finds first.
     """
     try:
@@ -438,7 +438,7 @@ def _start_helper(path: str, f: BinaryIO) -> EdgeHelper | None:
         size = os.fstat(f.fileno()).st_size
     except OSError:
         return None
-    from pmc import edgehelper  # not at the top: it imports this module
+    from pmc.dag import edgehelper  # not at the top: it imports this module
 
     if size < edgehelper.MIN_BYTES:
         return None

@@ -13,7 +13,8 @@
   make of them — microseconds a task instead of tens. The rarer events (workflow start
   and end, hosts, held tasks, log messages) go through structlog.
 - ``Tally`` is the observer that counts: a few attribute updates per event, read by the
-  Prometheus collector (``pmc.metrics``) and the status snapshot (``pmc.status``), so the
+  Prometheus collector (``pmc.outputs.metrics``) and the status snapshot
+  (``pmc.outputs.status``), so the
   master's hot loop pays for counting once however many outputs are on.
 - ``observers(opts)`` builds the list the master gets.
 
@@ -37,11 +38,11 @@ from typing import IO, Any
 import structlog
 
 from pmc import log
+from pmc.core.events import Observer, RunInfo, Summary
+from pmc.core.protocol import TaskResult, describe
+from pmc.core.resources import Host
 from pmc.dag import Task
-from pmc.events import Observer, RunInfo, Summary
 from pmc.options import RunOptions
-from pmc.protocol import TaskResult, describe
-from pmc.resources import Host
 
 # Upper bounds (seconds) of the task duration histogram: milliseconds to hours.
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -663,7 +664,7 @@ def observers(opts: RunOptions) -> list[Observer]:
 
     Starts the metrics endpoint if asked (and logs its URL); a failure to do so is a
     ``FatalError`` raised before anything runs."""
-    from pmc.status import StatusFile
+    from pmc.outputs.status import StatusFile
 
     tally = Tally(opts.dag, opts.site)
     out: list[Observer] = [tally]
@@ -673,7 +674,7 @@ def observers(opts: RunOptions) -> list[Observer]:
     out.append(StatusFile(opts.dag, tally))
     if (opts.metrics_port is not None or opts.metrics_textfile
             or opts.metrics_pushgateway):
-        from pmc.metrics import MetricsExport
+        from pmc.outputs.metrics import MetricsExport
 
         out.append(MetricsExport(opts, tally))
     return out

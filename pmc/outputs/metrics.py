@@ -1,6 +1,6 @@
 """Prometheus metrics: every metric name pmc exports is defined here, and its exporters.
 
-The numbers come from ``pmc.observe.Tally`` (the counting observer) and are turned into
+The numbers come from ``pmc.outputs.observe.Tally`` (the counting observer) and are turned into
 metric families only when someone collects them — a scrape, a textfile write, a push —
 so the master's loop pays nothing per task beyond the tally's attribute updates. The
 registry is private (never prometheus_client's global one).
@@ -44,9 +44,9 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 
 from pmc import log
-from pmc.events import Observer, Summary
-from pmc.observe import DURATION_BUCKETS, Tally
+from pmc.core.events import Observer, Summary
 from pmc.options import RunOptions
+from pmc.outputs.observe import DURATION_BUCKETS, Tally
 
 OUTCOMES = ("succeeded", "failed", "retry", "stopped")
 TEXTFILE_EVERY = 5.0  # seconds
@@ -271,7 +271,7 @@ class MetricsExport(Observer):
     # -- HTTP --------------------------------------------------------------------------
 
     def _serve(self, bind: str, port: int) -> None:
-        from pmc.master import FatalError
+        from pmc.runtime.master import FatalError
 
         inner = make_wsgi_app(self.registry)
 

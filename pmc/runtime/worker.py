@@ -27,10 +27,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from pmc import log, protocol
+from pmc import log
 from pmc.accounting import Accounting, self_maxrss_kb
-from pmc.dag import split_command
-from pmc.protocol import (
+from pmc.core import protocol
+from pmc.core.protocol import (
     FAILED_STATUS,
     TaskResult,
     TaskSpec,
@@ -38,7 +38,8 @@ from pmc.protocol import (
     exit_code_of,
     signal_of,
 )
-from pmc.records import cluster_task_record
+from pmc.core.records import cluster_task_record
+from pmc.dag import split_command
 from pmc.transport import Transport, TransportError, look_interval
 
 FILE_FORWARD_LIMIT = 1 << 20  # the reference's limit for -F files
@@ -885,7 +886,7 @@ def _setup_logging(cfg: WorkerConfig, rank: int) -> None:
         # structlog is set up at the first message, not at start: its import takes
         # ~0.1 s of cpu, and a worker that runs its tasks without a word needs none.
         if not sink:
-            from pmc.observe import LogOutput
+            from pmc.outputs.observe import LogOutput
 
             out = LogOutput("json", None, cfg.log_level)
             out.logger = out.logger.bind(rank=rank)

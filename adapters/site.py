@@ -102,7 +102,7 @@ class Site:
 
 
 def _schema() -> dict[str, Any]:
-    text = resources.files("pmc.schemas").joinpath("site.schema.json").read_text("utf-8")
+    text = resources.files("pmc.adapters.schemas").joinpath("site.schema.json").read_text("utf-8")
     loaded: dict[str, Any] = json.loads(text)
     return loaded
 

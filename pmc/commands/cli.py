@@ -265,22 +265,22 @@ def options_from_args(p: argparse.ArgumentParser, args: argparse.Namespace,
 
 def cmd_run(p: argparse.ArgumentParser, args: argparse.Namespace, dropin: bool = False) -> int:
     opts = options_from_args(p, args, dropin)
-    from pmc.observe import setup_logging
+    from pmc.outputs.observe import setup_logging
 
     setup_logging(opts)
-    from pmc.run import run
+    from pmc.commands.run import run
 
     return run(opts)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from pmc.status import main as status_main
+    from pmc.outputs.status import main as status_main
 
     return status_main(args.dag, args.rescue, watch=args.watch, as_json=args.json)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from pmc.report import main as report_main
+    from pmc.commands.report import main as report_main
 
     return report_main(args.eventlog, plot=args.plot, bin_width=args.bin, top=args.top,
                        run=args.run)

@@ -28,7 +28,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from pmc.protocol import describe
+from pmc.core.protocol import describe
 
 EXIT_OK, EXIT_USAGE = 0, 2
 TERMINAL = ("task.finished", "task.failed")

@@ -22,9 +22,9 @@ import threading
 import time
 
 from pmc import log
-from pmc.events import Observer, RunInfo, Summary
-from pmc.observe import Tally
+from pmc.core.events import Observer, RunInfo, Summary
 from pmc.options import RunOptions
+from pmc.outputs.observe import Tally
 
 LIVE_EVERY = 0.5  # seconds between redraws of the live line
 

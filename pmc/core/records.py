@@ -3,7 +3,7 @@
 The ``[cluster-task ...]`` record a worker appends to a task's stdout and the
 ``[cluster-summary ...]`` record of the master, byte for byte where FORMATS.md lists a
 field. The files written through a run (jobstate.log, DAG.dagman.out, DAG.resource) are
-``pmc.recordfiles``. Only the standard library here: every worker imports this at start.
+``pmc.outputs.recordfiles``. Only the standard library here: every worker imports this at start.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pmc.events import Summary
+    from pmc.core.events import Summary
 
 _second: list[Any] = [None, "", ""]  # the last whole second formatted: key, date-time, zone
 

@@ -15,10 +15,15 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from pmc import log, observe
+from pmc import log
+from pmc.core.events import Observer, Summary
+from pmc.core.rescue import RescueError, read_rescue
 from pmc.dag import DAG, DagError, parse_dag
-from pmc.events import Observer, Summary
-from pmc.master import (
+from pmc.options import RunOptions
+from pmc.outputs import observe
+from pmc.outputs.progress import Progress, progress_observer
+from pmc.outputs.recordfiles import DagmanOut, JobstateLog, ResourceLog
+from pmc.runtime.master import (
     EXIT_FAILED,
     EXIT_INCOMPLETE,
     EXIT_OK,
@@ -28,10 +33,6 @@ from pmc.master import (
     Master,
     write_summary,
 )
-from pmc.options import RunOptions
-from pmc.progress import Progress, progress_observer
-from pmc.recordfiles import DagmanOut, JobstateLog, ResourceLog
-from pmc.rescue import RescueError, read_rescue
 from pmc.transport import Transport
 
 _MPI_ENV = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "ALPS_APP_PE",
@@ -65,7 +66,7 @@ def _run_mpi(opts: RunOptions, observers: list[Observer]) -> int:
     transport = MpiTransport(sleep_on_recv=not opts.no_sleep_on_recv,
                              spin=not opts.prefetching, host_sockets=opts.host_sockets)
     if transport.rank != 0:
-        from pmc import worker
+        from pmc.runtime import worker
 
         return worker.run(transport)
     if transport.size < 2:
@@ -82,7 +83,7 @@ def _run_mpi(opts: RunOptions, observers: list[Observer]) -> int:
         # Stopped before the master ran (bad DAG, DAG locked by another run, unreadable
         # rescue log): the workers are waiting for their configuration, and would wait for
         # ever. Tell them there is no run.
-        from pmc.protocol import SHUTDOWN
+        from pmc.core.protocol import SHUTDOWN
 
         for rank in range(1, transport.size):
             transport.send(rank, (SHUTDOWN,))

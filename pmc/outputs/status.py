@@ -26,11 +26,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
+from pmc.commands.report import write_out
+from pmc.core.events import Observer, RunInfo, Summary
+from pmc.core.rescue import RescueError, read_rescue
 from pmc.dag import DagError, parse_dag
-from pmc.events import Observer, RunInfo, Summary
-from pmc.observe import Tally
-from pmc.report import write_out
-from pmc.rescue import RescueError, read_rescue
+from pmc.outputs.observe import Tally
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
 SNAPSHOT_EVERY = 1.0  # seconds, at most

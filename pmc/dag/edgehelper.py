@@ -57,7 +57,7 @@ class EdgeHelper:
     def __init__(self, path: str, size: int, chunk: int) -> None:
         self.size = size
         self.proc = subprocess.Popen(
-            python_command("pmc.edgehelper", path, str(size), str(chunk)),
+            python_command("pmc.dag.edgehelper", path, str(size), str(chunk)),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,

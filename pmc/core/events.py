@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from pmc.core.protocol import TaskResult
 from pmc.dag import Task
-from pmc.protocol import TaskResult
 
 if TYPE_CHECKING:
-    from pmc.resources import Host
+    from pmc.core.resources import Host
 
 
 @dataclass

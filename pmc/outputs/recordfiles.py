@@ -10,10 +10,10 @@ import os
 import time
 from typing import IO
 
+from pmc.core.events import Observer, RunInfo, Summary
+from pmc.core.protocol import TaskResult
+from pmc.core.resources import Host
 from pmc.dag import Task
-from pmc.events import Observer, RunInfo, Summary
-from pmc.protocol import TaskResult
-from pmc.resources import Host
 
 
 def _open_append(path: str) -> IO[str]:
