@@ -14,7 +14,6 @@ a shell). Scheduler modules fill the hooks of ``Scheduler`` only; launchers live
 from __future__ import annotations
 
 import enum
-import os
 import shlex
 import subprocess
 from abc import ABC, abstractmethod
@@ -22,11 +21,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pmc.errors import ExitCode
+from pmc.files import atomic_write
+
 from .launchers import launch_argv
 from .site import Site, hms
 
-# pmc run's exit code for "stopped before finishing, nothing failed permanently".
-EXIT_INCOMPLETE = 3
 # A line only chain scripts carry: how a running link recognises its own text in $0.
 CHAIN_MARK = "# pmc chain script: each follow-up job is this script, submitted again."
 
@@ -424,7 +424,7 @@ def _chain_end(sched: Scheduler, site: Site, max_jobs: int, script_path: str | N
         "    3) pmc_outcome=incomplete ;;",
         "    *) pmc_outcome=ended ;;",
         "esac",
-        f'if [ "$rc" -eq {EXIT_INCOMPLETE} ]; then',
+        f'if [ "$rc" -eq {int(ExitCode.INCOMPLETE)} ]; then',
         '    pmc_status=$rc',
         '    pmc_next=""',
         '    pmc_self=""',
@@ -477,11 +477,7 @@ def chain_file_of(dag: str) -> str:
 
 def write_script(path: str | Path, text: str) -> None:
     """Write the script atomically and make it executable."""
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.chmod(0o755)
-    tmp.replace(target)
+    atomic_write(path, text, mode=0o755)
 
 
 def default_script_path(dag: str, scheduler: str) -> str:

@@ -17,6 +17,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from pmc.errors import ExitCode
+
 from . import chain as chains
 from . import scheduler_for
 from .base import (
@@ -39,10 +41,6 @@ from .site import (
     override,
     parse_set,
 )
-
-EXIT_OK = 0
-EXIT_FAILED = 1  # a scheduler command failed
-EXIT_USAGE = 2  # bad profile, DAG or arguments
 
 DEFAULT_MAX_JOBS = 10
 
@@ -72,11 +70,11 @@ def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
         try:
             return func(args)
         except SiteError as e:
-            return _fail(str(e), EXIT_USAGE)
+            return _fail(str(e), ExitCode.USAGE)
         except AdapterError as e:
-            return _fail(str(e), EXIT_FAILED)
+            return _fail(str(e), ExitCode.FAILED)
         except OSError as e:
-            return _fail(f"{e.filename or ''}: {e.strerror or e}".lstrip(": "), EXIT_FAILED)
+            return _fail(f"{e.filename or ''}: {e.strerror or e}".lstrip(": "), ExitCode.FAILED)
 
     return run
 
@@ -170,7 +168,7 @@ def _script_text(
 def cmd_script(args: argparse.Namespace) -> int:
     _, _, _, text = _script_text(args)
     sys.stdout.write(text)
-    return EXIT_OK
+    return ExitCode.OK
 
 
 @_guarded
@@ -190,7 +188,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
             f"chain {job_id}: up to {max_jobs} jobs, recorded in {chain_file}; "
             f"`pmc jobs status {job_id}` shows every link"
         )
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def _scheduler_of(args: argparse.Namespace) -> Scheduler:
@@ -243,18 +241,18 @@ def cmd_status(args: argparse.Namespace) -> int:
         if key not in shown:
             shown.add(key)
             print(_chain_report(chain, args))
-    return EXIT_OK
+    return ExitCode.OK
 
 
 @_guarded
 def cmd_cancel(args: argparse.Namespace) -> int:
     sched = _scheduler_of(args)
-    code = EXIT_OK
+    code: int = ExitCode.OK
     for job_id in args.job_ids:
         try:
             before = sched.cancel(job_id)
         except AdapterError as e:
-            code = _fail(str(e), EXIT_FAILED)
+            code = _fail(str(e), ExitCode.FAILED)
             continue
         _note(f"cancelled {sched.name} job {job_id} (was {before.state.value})")
     return code

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from pmc import __version__, log
+from pmc.errors import ExitCode
 from pmc.options import RunOptions
 
 
@@ -334,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args)
     except KeyboardInterrupt:
-        return 130
+        return ExitCode.INTERRUPTED
     return code
 
 
@@ -349,7 +350,7 @@ def pegasus_main(argv: Sequence[str] | None = None) -> int:
     try:
         return cmd_run(p, args, dropin=True)
     except KeyboardInterrupt:
-        return 130
+        return ExitCode.INTERRUPTED
 
 
 def _entry() -> None:

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from pmc.core.protocol import describe
+from pmc.errors import ExitCode
 
-EXIT_OK, EXIT_USAGE = 0, 2
 TERMINAL = ("task.finished", "task.failed")
 # Outcomes of a try, in the order they are listed and stacked, with their plot colours.
 OUTCOMES = ("succeeded", "retry", "failed", "stopped")
@@ -327,35 +327,35 @@ def main(path: str, plot: str | None = None, bin_width: float | None = None,
         except ImportError:
             sys.stderr.write("pmc report: --plot needs matplotlib: "
                              "pip install 'pmc[plot]'\n")
-            return EXIT_USAGE
+            return ExitCode.USAGE
     try:
         runs = read_runs(path)
     except ReportError as e:
         sys.stderr.write(f"pmc report: {e}\n")
-        return EXIT_USAGE
+        return ExitCode.USAGE
     if not runs:
         sys.stderr.write(f"pmc report: {path}: no workflow.started event: not a pmc JSON "
                          "event log (run with --log-format json --log-file PATH)\n")
-        return EXIT_USAGE
+        return ExitCode.USAGE
     index = len(runs) if run is None else run
     if not 1 <= index <= len(runs):
         sys.stderr.write(f"pmc report: {path} holds {len(runs)} run(s), no run {index}\n")
-        return EXIT_USAGE
+        return ExitCode.USAGE
     chosen = runs[index - 1]
     fig = compute(chosen, bin_width)
     text = render(chosen, fig, top)
     if len(runs) > 1:
         text = f"Run {index} of {len(runs)} in {path}\n" + text
     if not write_out(out, text):
-        return EXIT_OK
+        return ExitCode.OK
     if plot:
         try:
             write_plot(chosen, fig, plot)
         except OSError as e:
             sys.stderr.write(f"pmc report: cannot write {plot}: {e.strerror or e}\n")
-            return EXIT_USAGE
+            return ExitCode.USAGE
         write_out(out, f"Plot written to {plot}\n")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def write_out(out: TextIO, text: str) -> bool:

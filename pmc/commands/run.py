@@ -19,20 +19,12 @@ from pmc import log
 from pmc.core.events import Observer, Summary
 from pmc.core.rescue import RescueError, read_rescue
 from pmc.dag import DAG, DagError, parse_dag
+from pmc.errors import ExitCode, FatalError, Interrupted
 from pmc.options import RunOptions
 from pmc.outputs import observe
 from pmc.outputs.progress import Progress, progress_observer
 from pmc.outputs.recordfiles import DagmanOut, JobstateLog, ResourceLog
-from pmc.runtime.master import (
-    EXIT_FAILED,
-    EXIT_INCOMPLETE,
-    EXIT_OK,
-    EXIT_USAGE,
-    FatalError,
-    Interrupted,
-    Master,
-    write_summary,
-)
+from pmc.runtime.master import Master, write_summary
 from pmc.transport import Transport
 
 _MPI_ENV = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "ALPS_APP_PE",
@@ -71,7 +63,7 @@ def _run_mpi(opts: RunOptions, observers: list[Observer]) -> int:
         return worker.run(transport)
     if transport.size < 2:
         log.fatal("At least one worker process is required")
-        return EXIT_FAILED
+        return ExitCode.FAILED
     handed: list[bool] = []
 
     def hand_over() -> Transport:
@@ -105,7 +97,7 @@ def _run_master(opts: RunOptions, observers: list[Observer], make_transport: Any
         observe.open_log_file()
     except OSError as e:
         log.fatal(f"Unable to open log file: {opts.log_file}: {e.strerror}")
-        return EXIT_FAILED
+        return ExitCode.FAILED
     if log.enabled(log.DEBUG):
         log.debug(f"Using old rescue file: {'' if opts.skip_rescue else opts.rescue_path}")
         log.debug(f"Using new rescue file: {opts.rescue_path}")
@@ -113,7 +105,7 @@ def _run_master(opts: RunOptions, observers: list[Observer], make_transport: Any
         dag = parse_dag(opts.dag)
     except DagError as e:
         log.fatal(str(e))
-        return EXIT_USAGE
+        return ExitCode.USAGE
     lock_fd = -1
     if not opts.nolock:
         log.debug("Locking DAG file...")
@@ -121,7 +113,7 @@ def _run_master(opts: RunOptions, observers: list[Observer], make_transport: Any
             lock_fd = _lock(opts.dag)
         except FatalError as e:
             log.fatal(str(e))
-            return EXIT_FAILED
+            return ExitCode.FAILED
     sink = TaskOutput(opts)
     try:
         done: set[int] = set()
@@ -130,7 +122,7 @@ def _run_master(opts: RunOptions, observers: list[Observer], make_transport: Any
                 done, warnings = read_rescue(opts.rescue_path, dag)
             except RescueError as e:
                 log.fatal(str(e))
-                return EXIT_FAILED
+                return ExitCode.FAILED
             for w in warnings:
                 log.warn(w)
         # Files the run will write, checked before any task runs: a run that cannot keep
@@ -140,7 +132,7 @@ def _run_master(opts: RunOptions, observers: list[Observer], make_transport: Any
             sink.open()
         except FatalError as e:
             log.fatal(str(e))
-            return EXIT_FAILED
+            return ExitCode.FAILED
         return _run_with_transport(opts, dag, done, observers, make_transport(), mode, sink)
     finally:
         sink.close()
@@ -218,23 +210,23 @@ def _run_with_transport(opts: RunOptions, dag: DAG, done: set[int],
     if summary is None:
         for obs in all_observers:
             obs.close()
-        return EXIT_INCOMPLETE if interrupted else EXIT_FAILED
+        return ExitCode.INCOMPLETE if interrupted else ExitCode.FAILED
     for obs in all_observers:
         obs.finished(summary)
         obs.close()
     if summary.outcome == "succeeded":
         if not merged:
             log.error("Workflow succeeded, but its tasks' output could not be merged")
-            return EXIT_FAILED
+            return ExitCode.FAILED
         log.info("Workflow succeeded")
-        return EXIT_OK
+        return ExitCode.OK
     if summary.outcome == "failed":
         log.error("Workflow failed")
-        return EXIT_FAILED
+        return ExitCode.FAILED
     what = "aborted" if master.stop_reason else "incomplete"
     log.error(f"Workflow {what}: {summary.reason}; run again to resume from "
               f"{opts.rescue_path}")
-    return EXIT_INCOMPLETE
+    return ExitCode.INCOMPLETE
 
 
 def _end_of_run_lines(master: Master, summary: Summary) -> None:

@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterable
 
 from pmc.dag import DAG
+from pmc.files import atomic_write
 
 _BLANKS = b" \t\r"
 _BLANK_RUN = re.compile(b"[ \t\r]+")
@@ -72,23 +73,11 @@ class RescueLog:
         self.path = path
         self._syncer: _Syncer | None = None
         names = [dag.tasks[i].name for i in sorted(done)]
-        tmp = f"{path}.tmp.{os.getpid()}"
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
-            try:
-                _write_all(fd, _records(names))
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
+            atomic_write(path, _records(names), durable=True)
             self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
         except OSError as e:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
             raise RescueError(f"{path}: cannot write rescue log: {e.strerror}") from e
-        _fsync_dir(path)
 
     def record(self, names: Iterable[str]) -> None:
         """Append DONE records and make them durable before returning."""
@@ -239,16 +228,3 @@ def _write_all(fd: int, data: bytes) -> None:
         n = os.write(fd, view)
         view = view[n:]
 
-
-def _fsync_dir(path: str) -> None:
-    # The rename must survive a crash too, or a restart could read the old log.
-    try:
-        dfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return
-    try:
-        os.fsync(dfd)
-    except OSError:
-        pass
-    finally:
-        os.close(dfd)

@@ -1,1 +1,3 @@
-"""outputs"""
+"""Everything a run tells the world, as observers of ``pmc.core.events``: record files
+(jobstate.log, dagman.out, the resource log), the log and JSON event log, the tally and
+what reads it (Prometheus metrics, the status snapshot, progress)."""

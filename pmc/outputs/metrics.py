@@ -271,7 +271,7 @@ class MetricsExport(Observer):
     # -- HTTP --------------------------------------------------------------------------
 
     def _serve(self, bind: str, port: int) -> None:
-        from pmc.runtime.master import FatalError
+        from pmc.errors import FatalError
 
         inner = make_wsgi_app(self.registry)
 

@@ -30,9 +30,10 @@ from pmc.commands.report import write_out
 from pmc.core.events import Observer, RunInfo, Summary
 from pmc.core.rescue import RescueError, read_rescue
 from pmc.dag import DagError, parse_dag
+from pmc.errors import ExitCode
+from pmc.files import atomic_write
 from pmc.outputs.observe import Tally
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
 SNAPSHOT_EVERY = 1.0  # seconds, at most
 NAMES_KEPT = 20  # running / failed task names in the snapshot
 SNAPSHOT_VERSION = 1
@@ -130,11 +131,8 @@ class StatusFile(Observer):
         self.put(self.text())
 
     def put(self, text: str) -> None:
-        tmp = f"{self.path}.tmp.{os.getpid()}"
         try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.replace(tmp, self.path)
+            atomic_write(self.path, text)
         except OSError as e:
             if not self.failed_to_write:
                 # Once: a read-only DAG directory must not flood the log or stop the run.
@@ -142,10 +140,6 @@ class StatusFile(Observer):
                 from pmc import log
 
                 log.warn(f"Cannot write status snapshot {self.path}: {e}")
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
 
 
 class _Writer(threading.Thread):
@@ -210,10 +204,10 @@ class Status:
     def exit_code(self) -> int:
         if not self.live and (self.state == "succeeded" or
                               (self.tasks > 0 and self.done == self.tasks)):
-            return EXIT_OK
+            return ExitCode.OK
         if not self.live and self.state in ("failed", "aborted"):
-            return EXIT_FAILED
-        return EXIT_INCOMPLETE
+            return ExitCode.FAILED
+        return ExitCode.INCOMPLETE
 
 
 def _pid_alive(pid: int) -> bool:
@@ -405,10 +399,10 @@ def main(dag_path: str, rescue_path: str | None = None, out: TextIO | None = Non
             st = workflow_status(dag_path, rescue_path)
         except (DagError, RescueError) as e:
             sys.stderr.write(f"pmc status: {e}\n")
-            return EXIT_USAGE
+            return ExitCode.USAGE
         except OSError as e:
             sys.stderr.write(f"pmc status: {dag_path}: {e.strerror or e}\n")
-            return EXIT_USAGE
+            return ExitCode.USAGE
         if as_json:
             text = to_json(st)
         else:

@@ -27,13 +27,9 @@ from pmc.core.records import cluster_summary_record
 from pmc.core.rescue import RescueError, RescueLog
 from pmc.core.resources import Resources, Worker
 from pmc.dag import DAG
+from pmc.errors import FatalError, Interrupted
 from pmc.options import RunOptions
 from pmc.transport import Transport, TransportError
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_INCOMPLETE = 3
 
 HELLO_TIMEOUT = 120.0
 BYE_TIMEOUT = 30.0
@@ -41,14 +37,6 @@ STOP_GRACE = 10.0  # after a stop, how long killed tasks may take to report
 SIGNAL_CHECK = 0.25  # longest wait before noticing a signal or the wall-time limit
 SYNC_CHECK = 0.0005  # how soon to look again while rescue records are being synced
 PREFETCH_DEPTH = 2  # tasks queued behind each running one: room for results to batch
-
-
-class FatalError(Exception):
-    """Stops the run before or while it runs; the message is logged as FATAL."""
-
-
-class Interrupted(Exception):
-    """A signal arrived before the first task could start: nothing ran, nothing failed."""
 
 
 class ForwardFiles:
