@@ -117,16 +117,15 @@ def peak_mb() -> float:
 def helper_mb(dag_path: str) -> float:
     """Peak RSS of the edge helper's work on this file, in a process of its own (the
     helper of a parse is not waited for in a way that would tell)."""
-    from pmc import dag
-    from pmc.dag import edgehelper
+    from pmc.dag import edgehelper, reader
 
     if os.path.getsize(dag_path) < edgehelper.MIN_BYTES:
         return 0.0
-    code = ("import io, os, sys; from pmc import edgehelper; "
+    code = ("import io, os, sys; from pmc.dag import edgehelper; "
             "edgehelper.resolve(sys.argv[1], os.path.getsize(sys.argv[1]), int(sys.argv[2]), "
             "io.BytesIO()); print([l for l in open('/proc/self/status') "
             "if l.startswith('VmHWM:')][0].split()[1])")
-    out = subprocess.run([sys.executable, "-c", code, dag_path, str(dag._CHUNK)],
+    out = subprocess.run([sys.executable, "-c", code, dag_path, str(reader._CHUNK)],
                          capture_output=True, text=True, check=True).stdout
     return int(out) / 1024
 

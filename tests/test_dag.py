@@ -785,7 +785,7 @@ OPTION_WORDS = st.sampled_from([
 
 
 def slow_tasks(path: str, text: str) -> list[tuple[object, ...]] | str:
-    from pmc import dag as dagmod
+    from pmc.dag import taskline
 
     out: list[tuple[object, ...]] = []
     pegasus: str | None = None
@@ -795,12 +795,12 @@ def slow_tasks(path: str, text: str) -> list[tuple[object, ...]] | str:
             continue
         try:
             if parts[0] == "TASK":
-                t = dagmod._task(path, lineno, line, parts, len(out))
+                t = taskline.parse_task(path, lineno, line, parts, len(out))
                 out.append((t.name, t.command, t.line, t.memory, t.cpus, t.tries, t.priority,
                              t.pipe_forwards, t.expected_runtime, pegasus))
                 pegasus = None
             elif parts[0].startswith("#@"):
-                pegasus = dagmod._pegasus_seq(path, lineno, line)
+                pegasus = taskline.pegasus_seq(path, lineno, line)
         except DagError as e:
             return str(e)
     return out

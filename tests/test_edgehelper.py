@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pmc import dag as dagmod
 from pmc.dag import DAG, DagError, edgehelper, parse_dag
+from pmc.dag import reader as dagmod
 
 
 class Helped:

@@ -1,7 +1,7 @@
 """The edge helper: a second process that resolves the last part of a big DAG's EDGE lines.
 
 Parsing a million-edge DAG is bound by memory latency: every EDGE line looks up two
-task names in a dict far bigger than the CPU's caches. The parser (``pmc.dag``) starts
+task names in a dict far bigger than the CPU's caches. The parser (``pmc.dag.reader``) starts
 this helper when a DAG file is big, and the two share the EDGE section: the helper
 reads the same file, builds its own name index from the TASK lines (cheaper than the
 parser's Task objects, so it is ready first), and resolves every EDGE line from a byte
@@ -15,7 +15,7 @@ unreadable file, a file that changed) makes it exit without a result, and the pa
 then parses the whole file alone. So does any error the parser finds itself: every
 error is reported by the one serial parser, at the first bad line in file order, and
 the helper's edges need no line numbers. Repeated edges are passed on as they come:
-the parser's ``_build`` counts each edge once, whichever process read it.
+the parser's ``build_dag`` counts each edge once, whichever process read it.
 
 Output on stdout: a header (``_HEADER``: lines read, TASK records seen, edges, whether
 any edge points backward) and the edges' parents and children as native unsigned
@@ -31,7 +31,8 @@ import sys
 from array import array
 from typing import IO
 
-from pmc.dag import DagError, _blocks, _edge, _fields, _plain
+from pmc.dag.lines import edge_ids, is_plain, read_blocks, split_fields
+from pmc.dag.model import DagError
 from pmc.pychild import python_command
 
 # DAG files at least this big get a helper: starting one takes ~30 ms, and for 100,000
@@ -117,27 +118,27 @@ def resolve(path: str, size: int, chunk: int, out: IO[bytes]) -> None:
     split = -1
     nlines = 0
     with open(path, "rb") as f:
-        for offset, before, data, lines in _blocks(path, f, chunk):
+        for offset, before, data, lines in read_blocks(path, f, chunk):
             nlines = before + len(lines)
             if split < 0 and b"EDGE" in data:
                 split = split_offset(offset, size)
-            # Fields split as the parser splits them (pmc.dag._plain): the same names.
-            plain = _plain(data)
+            # Fields split as the parser splits them (pmc.dag.lines): the same names.
+            plain = is_plain(data)
             if split < 0 or offset < split:
                 # The parser's part: only the task names matter here.
                 if b"TASK" in data:
                     for line in lines:
-                        parts = line.split(None, 2) if plain else _fields(line)
+                        parts = line.split(None, 2) if plain else split_fields(line)
                         if parts and parts[0] == "TASK":
                             if len(parts) > 1:
                                 setdefault(parts[1], ntasks)
                             ntasks += 1
                 continue
-            # The parser's EDGE branch (pmc.dag._parse), inlined rather than shared: a
+            # The parser's EDGE branch (pmc.dag.reader._parse), inlined rather than shared: a
             # call per edge would cost ~0.1 s at a million edges. Its messages are not
             # needed: any error makes the parser parse again alone.
             for lineno, line in enumerate(lines, before + 1):
-                parts = line.split(None, 2) if plain else _fields(line)
+                parts = line.split(None, 2) if plain else split_fields(line)
                 if not parts:
                     continue
                 kind = parts[0]
@@ -146,7 +147,7 @@ def resolve(path: str, size: int, chunk: int, out: IO[bytes]) -> None:
                         p = index[parts[1]]
                         c = index[parts[2]]
                     except (KeyError, IndexError):
-                        p, c = _edge(path, lineno, line, index)
+                        p, c = edge_ids(path, lineno, line, index)
                     if p >= c:
                         if p == c:
                             raise DagError(path, lineno, "self edge")

@@ -1,0 +1,166 @@
+"""From the edges a reader collected to a DAG: compressed (CSR) form, each edge once,
+and no cycle.
+"""
+
+from __future__ import annotations
+
+from array import array
+from itertools import accumulate, islice
+from operator import le
+
+from pmc.dag.model import DAG, DagError, Task
+
+
+def build_dag(
+    path: str,
+    tasks: list[Task],
+    index: dict[str, int],
+    parents: array[int],
+    children: array[int],
+    edge_lines: array[int],
+    backward: bool,
+) -> DAG:
+    """Turn the edge lists into CSR form, each edge once; reject cycles.
+
+    A repeated EDGE line is accepted, as the reference accepts it, and counts once:
+    the child waits for its parent once and runs once. (The reference lists such a
+    child twice under its parent and queues it twice when the parent succeeds.)
+
+    Works in "I" arrays, as the reader does, and copies the results to the DAG's "i"
+    ones. This is the peak of a big parse: every list and array goes as soon as it is
+    used up, and no two lists of n counts ever live at once.
+    """
+    n = len(tasks)
+    counts = [0] * n
+    for c in children:
+        counts[c] += 1
+    nparents = array("i", counts)  # straight to "i": an "I" copy would raise the peak
+    del counts
+    counts = [0] * n
+    several = array("I")  # parents with more than one child: only they can repeat one
+    for p in parents:
+        k = counts[p] + 1
+        counts[p] = k
+        if k == 2:
+            several.append(p)
+    starts = array("I", [0])
+    starts.extend(accumulate(counts))
+    del counts
+    if all(map(le, parents, islice(parents, 1, None))):
+        # Edges already grouped by parent, as generators usually write them.
+        by_parent = children
+    else:
+        # Stable counting sort: children keep their file order within a parent.
+        by_parent = array("I", bytes(4 * len(children)))
+        slot = array("I", starts)
+        for p, c in zip(parents, children, strict=True):
+            k = slot[p]
+            by_parent[k] = c
+            slot[p] = k + 1
+        del slot
+    if _repeats_a_child(by_parent, starts, several):
+        by_parent, starts = _without_repeats(by_parent, starts)
+        nparents = array("i", bytes(4 * n))
+        for c in by_parent:
+            nparents[c] += 1
+    child_list = _signed(by_parent)
+    del by_parent
+    child_start = _signed(starts)
+    del starts
+    dag = DAG(path, tasks, index, child_start, child_list, nparents)
+    # With every edge pointing forward in DAG order there can be no cycle.
+    if backward:
+        _check_acyclic(dag, list(nparents), parents, children, edge_lines)
+    return dag
+
+
+def _repeats_a_child(by_parent: array[int], starts: array[int], several: array[int]) -> bool:
+    """Whether a parent lists a child twice: a duplicate edge repeats a child within its
+    parent's run, so only parents with several children need a look, and no set of all
+    edges is ever built."""
+    for p in several:
+        first = starts[p]
+        end = starts[p + 1]
+        if end - first == 2:  # the most common run: compared, no set built
+            if by_parent[first] == by_parent[first + 1]:
+                return True
+        elif len(set(by_parent[first:end])) < end - first:
+            return True
+    return False
+
+
+def _without_repeats(by_parent: array[int], starts: array[int]) -> tuple[array[int], array[int]]:
+    """The CSR lists with each parent's children once, in the order first given."""
+    kept = array("I")
+    new_starts = array("I", [0])
+    for p in range(len(starts) - 1):
+        run = by_parent[starts[p] : starts[p + 1]]
+        if len(run) > 1:
+            kept.extend(dict.fromkeys(run))
+        else:
+            kept.extend(run)
+        new_starts.append(len(kept))
+    return kept, new_starts
+
+
+def _signed(ids: array[int]) -> array[int]:
+    """The "i" array of the same ids: their four bytes copied, not converted one by one
+    (the same numbers below 2**31, and a DAG with more tasks or edges cannot fit in
+    memory)."""
+    signed = array("i")
+    signed.frombytes(memoryview(ids).cast("B"))
+    return signed
+
+
+def _check_acyclic(
+    dag: DAG,
+    waiting: list[int],
+    parents: array[int],
+    children: array[int],
+    edge_lines: array[int],
+) -> None:
+    """Kahn's algorithm, iterative; ``waiting`` (parents not yet done) is consumed."""
+    start = dag.child_start
+    child_list = dag.child_list
+    ready = [i for i, w in enumerate(waiting) if not w]
+    done = 0
+    while ready:
+        u = ready.pop()
+        done += 1
+        for v in child_list[start[u] : start[u + 1]]:
+            w = waiting[v] - 1
+            waiting[v] = w
+            if not w:
+                ready.append(v)
+    if done == len(dag.tasks):
+        return
+    # Every task left still waits for a parent that is also left, so walking from any of
+    # them to such a parent, again and again, must come back round: that is a cycle.
+    via = array("i", [-1]) * len(waiting)
+    for p, c in zip(parents, children, strict=True):
+        if waiting[p] and waiting[c]:
+            via[c] = p
+    u = next(i for i, w in enumerate(waiting) if w)
+    seen: dict[int, int] = {}
+    walk: list[int] = []
+    while u not in seen:
+        seen[u] = len(walk)
+        walk.append(u)
+        u = via[u]
+    cycle = walk[seen[u] :]
+    cycle.reverse()  # the walk went from child to parent
+    first = cycle.index(min(cycle))
+    cycle = cycle[first:] + cycle[:first]
+    keys = {a << 32 | b for a, b in zip(cycle, cycle[1:] + cycle[:1], strict=True)}
+    line = max(
+        line
+        for p, c, line in zip(parents, children, edge_lines, strict=True)
+        if p << 32 | c in keys
+    )
+    names = [dag.tasks[i].name for i in cycle]
+    if len(names) > 12:
+        shown = " -> ".join([*names[:10], "...", names[-1], names[0]])
+        message = f"cycle of {len(names)} tasks: {shown}"
+    else:
+        message = "cycle: " + " -> ".join([*names, names[0]])
+    raise DagError(dag.path, line, message)

@@ -1,0 +1,224 @@
+"""The DAG in memory: Task, DAG, DagError, and TaskOptions, the table of a task's options.
+
+What a parsed DAG is, not how it is read (``pmc.dag.reader``): tasks in DAG order, and
+edges in compressed (CSR) form, both small enough for a million tasks.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Sequence
+from typing import NamedTuple
+
+
+class DagError(Exception):
+    """A DAG file that cannot be run; ``str()`` is the one message for the user."""
+
+    def __init__(self, path: str, line: int | None, message: str) -> None:
+        where = f"{path}:{line}" if line is not None else path
+        super().__init__(f"{where}: {message}")
+        self.path = path
+        self.line = line
+        self.message = message
+
+
+class TaskOptions(NamedTuple):
+    """The task options most tasks leave at their defaults."""
+
+    memory: int = 0  # MB; 0 = not considered
+    cpus: int = 1
+    tries: int | None = None  # None = the run's --tries
+    priority: int = 0
+    pipe_forwards: tuple[tuple[str, str], ...] | None = None  # ((VAR, FILE), ...)
+    file_forwards: tuple[tuple[str, str], ...] | None = None  # ((SRC, DEST), ...)
+    expected_runtime: float | None = None  # seconds (extension option)
+
+
+DEFAULT_OPTIONS = TaskOptions()
+new_task = object.__new__  # a Task with no attributes set, for the parse loop
+
+
+class Task:
+    """One TASK record. ``id`` is its index in DAG order; ``command`` is the raw text of
+    executable and arguments, split only at launch (``split_command``).
+
+    The seven options live in one immutable ``TaskOptions`` shared by every task that
+    sets none of them, and by tasks whose option text is the same (``-m 1 -c 1`` on
+    every line), so a task costs six slots instead of twelve (a million tasks: 48 MB
+    less). They read and assign like plain attributes. The Pegasus id, different for
+    every task that has one, has a slot of its own, left unset (None) by the others.
+    ``line`` is kept as
+    its distance from ``id``: in a DAG without comments between its TASK lines that is
+    one small number Python shares, not a 32-byte int per task.
+    """
+
+    __slots__ = ("_line_after_id", "_options", "_pegasus", "command", "id", "name")
+    _pegasus: str | int  # set only for a task with a Pegasus id
+
+    def __init__(
+        self,
+        id: int,
+        name: str,
+        command: str,
+        *,
+        memory: int = 0,
+        cpus: int = 1,
+        tries: int | None = None,
+        priority: int = 0,
+        pipe_forwards: tuple[tuple[str, str], ...] | None = None,
+        file_forwards: tuple[tuple[str, str], ...] | None = None,
+        pegasus_id: str | None = None,
+        expected_runtime: float | None = None,
+        line: int = 0,
+    ) -> None:
+        self.id = id
+        self.name = name
+        self.command = command
+        if pegasus_id is not None:
+            self._pegasus = pegasus_id
+        self.line = line
+        if (
+            memory
+            or cpus != 1
+            or tries is not None
+            or priority
+            or pipe_forwards is not None
+            or file_forwards is not None
+            or expected_runtime is not None
+        ):
+            self._options = TaskOptions(
+                memory,
+                cpus,
+                tries,
+                priority,
+                pipe_forwards,
+                file_forwards,
+                expected_runtime,
+            )
+        else:
+            self._options = DEFAULT_OPTIONS
+
+    # In a Pegasus DAG every TASK line follows its "#@" line: a task with a Pegasus id
+    # keeps its line as the distance from 2 * id, one shared small number again.
+    @property
+    def line(self) -> int:
+        """The line of the DAG file the task was defined on (0: not from a file)."""
+        if hasattr(self, "_pegasus"):
+            return 2 * self.id + self._line_after_id
+        return self.id + self._line_after_id
+
+    @line.setter
+    def line(self, value: int) -> None:
+        self._line_after_id = value - (2 * self.id if hasattr(self, "_pegasus") else self.id)
+
+    @property
+    def memory(self) -> int:
+        return self._options.memory
+
+    @memory.setter
+    def memory(self, value: int) -> None:
+        self._options = self._options._replace(memory=value)
+
+    @property
+    def cpus(self) -> int:
+        return self._options.cpus
+
+    @cpus.setter
+    def cpus(self, value: int) -> None:
+        self._options = self._options._replace(cpus=value)
+
+    @property
+    def tries(self) -> int | None:
+        return self._options.tries
+
+    @tries.setter
+    def tries(self, value: int | None) -> None:
+        self._options = self._options._replace(tries=value)
+
+    @property
+    def priority(self) -> int:
+        return self._options.priority
+
+    @priority.setter
+    def priority(self, value: int) -> None:
+        self._options = self._options._replace(priority=value)
+
+    @property
+    def pipe_forwards(self) -> tuple[tuple[str, str], ...] | None:
+        return self._options.pipe_forwards
+
+    @pipe_forwards.setter
+    def pipe_forwards(self, value: tuple[tuple[str, str], ...] | None) -> None:
+        self._options = self._options._replace(pipe_forwards=value)
+
+    @property
+    def file_forwards(self) -> tuple[tuple[str, str], ...] | None:
+        return self._options.file_forwards
+
+    @file_forwards.setter
+    def file_forwards(self, value: tuple[tuple[str, str], ...] | None) -> None:
+        self._options = self._options._replace(file_forwards=value)
+
+    @property
+    def pegasus_id(self) -> str | None:
+        """SEQ of the task's "#@ SEQ TRANSFORMATION DAX_ID" line, if it has one."""
+        try:
+            pegasus: str | int = self._pegasus
+        except AttributeError:  # the slot of a task without one is never set
+            return None
+        # The parser keeps a plain decimal SEQ as an int: 28 bytes, not 56.
+        return pegasus if type(pegasus) is str else str(pegasus)
+
+    @pegasus_id.setter
+    def pegasus_id(self, value: str | None) -> None:
+        line = self.line
+        if value is not None:
+            self._pegasus = value
+        elif hasattr(self, "_pegasus"):
+            del self._pegasus
+        self.line = line
+
+    @property
+    def expected_runtime(self) -> float | None:
+        return self._options.expected_runtime
+
+    @expected_runtime.setter
+    def expected_runtime(self, value: float | None) -> None:
+        self._options = self._options._replace(expected_runtime=value)
+
+    def __repr__(self) -> str:
+        return f"Task({self.id}, {self.name!r}, {self.command!r})"
+
+
+class DAG:
+    """Tasks in DAG order plus edges in compressed (CSR) form: small for a million tasks."""
+
+    __slots__ = ("child_list", "child_start", "index", "nparents", "path", "tasks")
+
+    def __init__(
+        self,
+        path: str,
+        tasks: list[Task],
+        index: dict[str, int],
+        child_start: array[int],
+        child_list: array[int],
+        nparents: array[int],
+    ) -> None:
+        self.path = path
+        self.tasks = tasks
+        self.index = index
+        self.child_start = child_start  # len(tasks) + 1 offsets into child_list
+        self.child_list = child_list
+        self.nparents = nparents
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    def children(self, task_id: int) -> Sequence[int]:
+        return self.child_list[self.child_start[task_id] : self.child_start[task_id + 1]]
+
+    def edge_count(self) -> int:
+        return len(self.child_list)
+
+
+# Where the words of a command end: the blanks of C's isspace() in the C locale, as the
