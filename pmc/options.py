@@ -1,12 +1,23 @@
-"""RunOptions: everything ``pmc run`` / ``pegasus-mpi-cluster`` was asked to do.
+"""The run options: one table (``OPTIONS``) and what is made from it, and ``RunOptions``.
 
-Filled by the CLI (with the PMC_* environment aliases), read by the master; workers get
-the part they need as a ``WorkerConfig``.
+Each ``Option`` of the table says everything about one option of ``pmc run`` /
+``pegasus-mpi-cluster``: its flags, converter, default, help, environment alias, site
+profile key, whether it is a pmc extension and whether workers need it. From the table
+come the argparse options of both commands (``add_arguments``), the ``RunOptions`` they
+fill (``run_options``), the site profile schema of the profile keys (``profile_schema``)
+and the ``pmc run`` argv a batch script runs (``argv_for``). No other module spells a run
+option's flag. The strict converters live here too: a profile value is checked with the
+same function as the command line's text.
 """
 
 from __future__ import annotations
 
+import argparse
+import os
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from pmc import log
 
@@ -63,3 +74,403 @@ class RunOptions:
     @property
     def rescue_path(self) -> str:
         return self.rescue or f"{self.dag}.rescue"
+
+
+# -- converters: command-line text to values, or argparse.ArgumentTypeError -------------
+
+# ASCII digits only: int() and float() also take "1_000" and other scripts' digits,
+# which the reference's sscanf() reads otherwise ("1_000" as 1).
+_WHOLE = re.compile(r"[+-]?[0-9]+")
+# The reference's whole-number options read with sscanf("%d"), which stops at a decimal
+# point: "-m 99.1" is 99 there, so it is here. Any other trailing text ("1e3", "12abc",
+# which sscanf also reads as a number) stays an error.
+_WHOLE_WITH_FRACTION = re.compile(r"([+-]?[0-9]+)(?:\.[0-9]*)?")
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def _whole(text: str, minimum: int, pattern: re.Pattern[str] = _WHOLE) -> int:
+    m = pattern.fullmatch(text.strip(" \t\n"))
+    if not m:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
+    value = int(m.group(1) if m.groups() else m.group(0))
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    return _whole(text, 1)
+
+
+def _nonneg_int(text: str) -> int:
+    return _whole(text, 0)
+
+
+def _ref_positive_int(text: str) -> int:
+    """A whole number >= 1 of the reference's options (a fraction is cut off, as there)."""
+    return _whole(text, 1, _WHOLE_WITH_FRACTION)
+
+
+def _ref_nonneg_int(text: str) -> int:
+    """A whole number >= 0 of the reference's options (a fraction is cut off, as there)."""
+    return _whole(text, 0, _WHOLE_WITH_FRACTION)
+
+
+def _positive(text: str, unit: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {unit}, got {text!r}") from None
+    if not 0 < value < float("inf"):  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be a positive number of {unit}, got {text}")
+    return value
+
+
+def _minutes(text: str) -> float:
+    """--max-wall-time: 0 is no limit, as in the reference (which also takes a negative
+    number, nan or inf without a word; refused here as the mistakes they must be)."""
+    if not _DECIMAL.fullmatch(text.strip(" \t\n")):
+        raise argparse.ArgumentTypeError(f"expected minutes, got {text!r}")
+    value = float(text)
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(
+            f"must be a number of minutes >= 0 (0: no limit), got {text}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    return _positive(text, "seconds")
+
+
+def _nonneg_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = _nonneg_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"not a TCP port: {value}")
+    return value
+
+
+def _path_or_none(text: str) -> str | None:
+    return text or None  # PMC_HOST_SCRIPT set but empty: no host script
+
+
+# What a profile value of each converter's type must look like (JSON schema). The value
+# is then also checked by the converter itself (``check_profile_value``), which refuses
+# what a schema cannot (nan, inf).
+_SCHEMA_OF: dict[Callable[[str], Any], dict[str, Any]] = {
+    _positive_int: {"type": "integer", "minimum": 1},
+    _nonneg_int: {"type": "integer", "minimum": 0},
+    _ref_positive_int: {"type": "integer", "minimum": 1},
+    _ref_nonneg_int: {"type": "integer", "minimum": 0},
+    _seconds: {"type": "number", "exclusiveMinimum": 0},
+    _nonneg_seconds: {"type": "number", "minimum": 0},
+    _minutes: {"type": "number", "minimum": 0},
+    _port: {"type": "integer", "minimum": 0, "maximum": 65535},
+    str: {"type": "string"},
+}
+
+
+# -- the table ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Option:
+    """One run option. ``kind``: "value" (takes an argument), "flag" (store_true),
+    "count" (repeatable flag), "const" (stores ``const`` in ``dest``, exclusive with
+    the other "const" options of the same ``dest``).
+
+    ``field``: the ``RunOptions`` attribute it fills ("" for none), through ``to_field``
+    when given. ``env``: the environment variable read when the option is not given,
+    converted by ``env_type`` (default ``type``). ``profile``: the dotted site profile
+    key (``pmc.tries``, ``logging.format``) whose value a batch script passes; None when
+    the profile cannot set it or sets it another way (``host.cpus``, ``walltime``).
+    ``extension``: beyond the reference, listed under "pmc options" in ``--help``.
+    ``worker``: workers need it (it reaches them in their ``WorkerConfig``)."""
+
+    flags: tuple[str, ...]
+    dest: str
+    help: str
+    kind: str = "value"
+    type: Callable[[str], Any] = str
+    default: Any = None
+    metavar: str | None = None
+    choices: tuple[str, ...] | None = None
+    const: str | None = None
+    env: str | None = None
+    env_type: Callable[[str], Any] | None = None
+    profile: str | None = None
+    profile_help: str | None = None
+    extension: bool = False
+    worker: bool = False
+    field: str | None = None
+    to_field: Callable[[Any], Any] | None = None
+
+    @property
+    def attr(self) -> str:
+        return self.dest if self.field is None else self.field
+
+    @property
+    def long(self) -> str:
+        return max(self.flags, key=len)
+
+    def schema(self) -> dict[str, Any]:
+        """The JSON schema of this option's profile value."""
+        if self.kind == "flag":
+            out: dict[str, Any] = {"type": "boolean"}
+        elif self.kind == "count":
+            out = {"type": "integer", "minimum": 0, "maximum": 5}
+        elif self.choices is not None:
+            out = {"enum": list(self.choices)}
+        else:
+            out = dict(_SCHEMA_OF[self.type])
+        text = self.profile_help or (self.help if self.help != argparse.SUPPRESS else None)
+        if text:
+            out["description"] = f"{self.long}: {text}"
+        return out
+
+
+def _none_if_zero(value: Any) -> Any:
+    return value or None
+
+
+def _not(value: Any) -> bool:
+    return not value
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(("-v", "--verbose"), "verbose", "more logging (repeatable): DEBUG, TRACE",
+           kind="count", default=0, profile="logging.verbose", worker=True, field=""),
+    Option(("-q", "--quiet"), "quiet", "less logging (repeatable): WARN, ERROR, FATAL",
+           kind="count", default=0, profile="logging.quiet", worker=True, field=""),
+    Option(("-s", "--skip-rescue"), "skip_rescue",
+           "ignore an existing rescue log (a new one is still written)",
+           kind="flag", profile="pmc.skip_rescue"),
+    Option(("-o", "--stdout"), "stdout", "file for task stdout", metavar="PATH",
+           profile="pmc.stdout", worker=True),
+    Option(("-e", "--stderr"), "stderr", "file for task stderr", metavar="PATH",
+           profile="pmc.stderr", worker=True),
+    Option(("-m", "--max-failures"), "max_failures",
+           "stop starting new tasks after M tasks failed (0: unlimited)", metavar="M",
+           type=_ref_nonneg_int, default=0, profile="pmc.max_failures"),
+    Option(("-t", "--tries"), "tries", "tries per task before it counts as failed (default 1)",
+           metavar="T", type=_ref_positive_int, default=1, profile="pmc.tries"),
+    Option(("-n", "--nolock"), "nolock", "do not lock the DAG file", kind="flag",
+           profile="pmc.nolock"),
+    Option(("-r", "--rescue"), "rescue", "rescue log (default DAG.rescue)", metavar="PATH",
+           profile="pmc.rescue"),
+    Option(("--host-script",), "host_script",
+           "run once on every host before any task (env PMC_HOST_SCRIPT)", metavar="PATH",
+           env="PMC_HOST_SCRIPT", env_type=_path_or_none, profile="pmc.host_script",
+           worker=True),
+    Option(("--host-script-timeout",), "host_script_timeout",
+           "how long the host script may take before SIGALRM (default 60)",
+           metavar="SECONDS", type=_seconds, default=60.0, profile="pmc.host_script_timeout",
+           worker=True),
+    # As in the reference: --host-memory must be >= 1, PMC_HOST_MEMORY may be 0, and
+    # --host-cpus or PMC_HOST_CPUS 0 is the default, detection. A profile sets both in
+    # its host section (with units for memory), also used for the allocation.
+    Option(("--host-memory",), "host_memory",
+           "memory per host in MB (env PMC_HOST_MEMORY, where 0 is the default; default: "
+           "detected)", metavar="MB", type=_ref_positive_int, env="PMC_HOST_MEMORY",
+           env_type=_ref_nonneg_int, worker=True, to_field=_none_if_zero),
+    Option(("--host-cpus",), "host_cpus",
+           "cpus per host (env PMC_HOST_CPUS; 0 or default: detected); not with "
+           "--set-affinity", metavar="N", type=_ref_nonneg_int, env="PMC_HOST_CPUS",
+           worker=True, to_field=_none_if_zero),
+    Option(("--strict-limits",), "strict_limits",
+           "limit each task to its -m request: its memory, through a cgroup where the "
+           "worker can create one (pmc extension), else its address space (RLIMIT_AS, as "
+           "PMC)", kind="flag", profile="pmc.strict_limits", worker=True),
+    # A profile's walltime less its margin becomes --max-wall-time.
+    Option(("--max-wall-time",), "max_wall_time",
+           "abort the workflow after this many minutes (env PMC_MAX_WALL_TIME; 0 or "
+           "default: no limit)", metavar="MINUTES", type=_minutes, env="PMC_MAX_WALL_TIME",
+           to_field=_none_if_zero),
+    Option(("--per-task-stdio",), "per_task_stdio", "TASK.out.NNN / TASK.err.NNN per task try",
+           kind="flag", profile="pmc.per_task_stdio", worker=True),
+    Option(("--jobstate-log",), "jobstate_log", "write jobstate.log next to the DAG",
+           kind="flag", profile="pmc.jobstate_log"),
+    Option(("--monitord-hack",), "monitord_hack",
+           "write DAG.dagman.out for monitord (implies --per-task-stdio)", kind="flag",
+           profile="pmc.monitord_hack", worker=True),
+    Option(("--no-resource-log",), "no_resource_log", "no DAG.resource file", kind="flag",
+           profile="pmc.no_resource_log"),
+    Option(("--no-sleep-on-recv",), "no_sleep_on_recv",
+           "blocking MPI receives instead of polling with sleep", kind="flag",
+           profile="pmc.no_sleep_on_recv", worker=True),
+    Option(("--maxfds",), "maxfds", "most files the master keeps open for I/O forwarding",
+           metavar="N", type=_ref_positive_int, profile="pmc.maxfds"),
+    Option(("--keep-affinity",), "keep_affinity", "keep the inherited cpu affinity for tasks",
+           kind="flag", profile="pmc.keep_affinity", worker=True),
+    Option(("--set-affinity",), "set_affinity",
+           "bind multi-core tasks to a compact set of cpus (PMC_AFFINITY)", kind="flag",
+           profile="pmc.set_affinity", worker=True),
+    # pmc extensions. --local / --mpi have no profile key: a batch job starts its ranks
+    # through a launcher, which is MPI mode.
+    Option(("--local",), "mode", "embedded mode even under an MPI launcher", kind="const",
+           const="local", extension=True, to_field=lambda v: v or "auto"),
+    Option(("--mpi",), "mode", "MPI mode even when no launcher is detected", kind="const",
+           const="mpi", extension=True, to_field=lambda v: v or "auto"),
+    Option(("--workers",), "workers", "embedded mode: worker processes (default: one per cpu)",
+           metavar="N", type=_positive_int, extension=True, profile="pmc.workers",
+           profile_help="embedded mode only: worker processes (default: one per cpu); "
+           "no effect on a batch job's ranks started by an MPI launcher, whose number is "
+           "nodes x ranks_per_node"),
+    Option(("--worker-slots",), "worker_slots", "task slots per worker rank (default 1, as in PMC)",
+           metavar="K", type=_positive_int, default=1, extension=True,
+           profile="pmc.worker_slots", worker=True),
+    Option(("--no-prefetch",), "no_prefetch",
+           "send a worker a task only when it has a free slot (PMC's way); by default each "
+           "busy slot also holds the next task, started the moment the running one ends",
+           kind="flag", extension=True, profile="pmc.no_prefetch", field="prefetch",
+           to_field=_not),
+    Option(("--no-host-sockets",), "no_host_sockets",
+           "MPI mode: workers on the master's host talk to it through MPI too, not a Unix "
+           "socket", kind="flag", extension=True, profile="pmc.no_host_sockets",
+           field="host_sockets", to_field=_not),
+    Option(("--log-format",), "log_format",
+           "log lines as text (default) or one JSON object per line",
+           choices=("text", "json"), default="text", extension=True,
+           profile="logging.format", worker=True),
+    Option(("--log-file",), "log_file", "write the log here, not stderr", metavar="PATH",
+           extension=True, profile="logging.file"),
+    Option(("--metrics-port",), "metrics_port",
+           "serve Prometheus metrics on this port (0: any free port)", metavar="PORT",
+           type=_port, extension=True, profile="metrics.port"),
+    Option(("--metrics-bind",), "metrics_bind", "address for --metrics-port (default 127.0.0.1)",
+           metavar="ADDR", default="127.0.0.1", extension=True, profile="metrics.bind"),
+    Option(("--metrics-textfile",), "metrics_textfile",
+           "write metrics for node_exporter's textfile collector here", metavar="PATH",
+           extension=True, profile="metrics.textfile"),
+    Option(("--metrics-pushgateway",), "metrics_pushgateway",
+           "push metrics to this Pushgateway, and once more at exit", metavar="URL",
+           extension=True, profile="metrics.pushgateway"),
+    Option(("--progress-interval",), "progress_interval",
+           "pmc extension: when stderr is not a terminal, log '[info] Progress: "
+           "done/total, running, failed, rate, ETA' every SECONDS (pmc run: default 60, and "
+           "a live progress line on a terminal; pegasus-mpi-cluster: default 0; 0: off)",
+           metavar="SECONDS", type=_nonneg_seconds, extension=True,
+           profile="pmc.progress_interval", field=""),
+    # The site profile's name, for the metrics' "site" label and the JSON log: passed by
+    # the batch scripts pmc writes (which also export PMC_SITE_NAME), hence hidden.
+    Option(("--site",), "site", argparse.SUPPRESS, metavar="NAME", env="PMC_SITE_NAME",
+           extension=True, to_field=lambda v: v or ""),
+)
+
+BY_DEST: dict[str, Option] = {}
+for _o in OPTIONS:
+    BY_DEST.setdefault(_o.dest, _o)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The DAG argument and every option of the table: the reference's (same letters,
+    same meaning) first, this project's own in the "pmc options" group."""
+    p.add_argument("dag", metavar="workflow.dag", help="the DAG file to run")
+    ours = p.add_argument_group("pmc options")
+    exclusive: dict[str, argparse._MutuallyExclusiveGroup] = {}
+    for o in OPTIONS:
+        target: Any = ours if o.extension else p
+        if o.kind == "const":
+            if o.dest not in exclusive:
+                exclusive[o.dest] = target.add_mutually_exclusive_group()
+            exclusive[o.dest].add_argument(*o.flags, dest=o.dest, action="store_const",
+                                           const=o.const, help=o.help)
+        elif o.kind == "flag":
+            target.add_argument(*o.flags, dest=o.dest, action="store_true", help=o.help)
+        elif o.kind == "count":
+            target.add_argument(*o.flags, dest=o.dest, action="count", default=o.default,
+                                help=o.help)
+        else:
+            target.add_argument(*o.flags, dest=o.dest, metavar=o.metavar,
+                                type=None if o.type is str else o.type, default=o.default,
+                                choices=o.choices, help=o.help)
+
+
+def apply_environment(p: argparse.ArgumentParser, args: argparse.Namespace,
+                      environ: Mapping[str, str] | None = None) -> None:
+    """Options not given take their environment alias's value; a bad one is a usage error."""
+    env = os.environ if environ is None else environ
+    for o in OPTIONS:
+        if o.env is None or getattr(args, o.dest) is not None:
+            continue
+        text = env.get(o.env)
+        if text is None:
+            continue  # set but empty is an invalid value, as in the reference
+        try:
+            setattr(args, o.dest, (o.env_type or o.type)(text))
+        except argparse.ArgumentTypeError as e:
+            p.error(f"environment variable {o.env}: {e}")
+
+
+def run_options(args: argparse.Namespace, dropin: bool = False) -> RunOptions:
+    """The ``RunOptions`` of parsed arguments (environment already applied).
+    ``dropin``: pegasus-mpi-cluster, whose console output is the reference's (no
+    progress unless asked for with --progress-interval)."""
+    values: dict[str, Any] = {}
+    for o in OPTIONS:
+        if o.attr and o.attr not in values:
+            value = getattr(args, o.dest)
+            values[o.attr] = o.to_field(value) if o.to_field else value
+    values["per_task_stdio"] = args.per_task_stdio or args.monitord_hack
+    values["log_level"] = log.INFO + args.verbose - args.quiet
+    values["progress_interval"] = (args.progress_interval if args.progress_interval is not None
+                                   else (0.0 if dropin else 60.0))
+    values["live_progress"] = not dropin
+    return RunOptions(dag=args.dag, **values)
+
+
+def profile_options() -> list[Option]:
+    return [o for o in OPTIONS if o.profile is not None]
+
+
+def profile_schema() -> dict[str, dict[str, Any]]:
+    """{profile section: {key: schema}} of every option with a profile key."""
+    out: dict[str, dict[str, Any]] = {}
+    for o in profile_options():
+        assert o.profile is not None
+        section, _, key = o.profile.partition(".")
+        out.setdefault(section, {})[key] = o.schema()
+    return out
+
+
+def value_text(value: Any) -> str:
+    """A value as command-line text that its converter reads back to the same value."""
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else repr(value)
+    return str(value)
+
+
+def check_profile_value(o: Option, value: Any) -> None:
+    """Raise ``argparse.ArgumentTypeError`` when ``pmc run`` would refuse the value of
+    ``o`` a profile gives (after its schema has been checked)."""
+    if o.kind == "value" and o.choices is None:
+        o.type(value_text(value))
+
+
+def argv_for(values: Mapping[str, Any]) -> list[str]:
+    """``pmc run`` arguments setting each option (by ``dest``) to its value, in table
+    order: a flag when true, a count as that many flags, else the flag and the value's
+    text (``--flag=TEXT`` when the text starts with "-", so that it is not an option)."""
+    argv: list[str] = []
+    for o in OPTIONS:
+        if o.dest not in values or values[o.dest] is None:
+            continue
+        value = values[o.dest]
+        if o.kind == "flag":
+            argv += [o.flags[0]] if value else []
+        elif o.kind == "count":
+            argv += [o.flags[0]] * int(value)
+        elif o.kind == "const":
+            continue  # not in a profile: the launcher decides the mode
+        else:
+            text = value if isinstance(value, str) else value_text(value)
+            argv += [f"{o.long}={text}"] if text.startswith("-") else [o.flags[0], text]
+    return argv
