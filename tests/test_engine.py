@@ -165,3 +165,13 @@ def test_a_long_chain_runs_in_process(tmp_path: Path) -> None:
         e.complete(t, ok=True)
         count += 1
     assert count == n and e.succeeded()
+
+
+def test_ids_in_a_state_in_dag_order(tmp_path: Path) -> None:
+    dag = make(tmp_path, "TASK A /bin/true\nTASK B /bin/true\nTASK C /bin/true\n"
+               "EDGE A C\n")
+    engine = Engine(dag, done=[1])
+    assert list(engine.ids_in(State.READY)) == [0]
+    assert list(engine.ids_in(State.DONE)) == [1]
+    assert list(engine.ids_in(State.WAITING)) == [2]
+    assert list(engine.ids_in(State.FAILED)) == []

@@ -116,9 +116,6 @@ class Engine:
         heads.sort()
         return heads
 
-    def peek(self, cpus: int, memory: int) -> int:
-        return self.classes[(cpus, memory)][0] & _ID_MASK
-
     def finished(self) -> bool:
         """Nothing runs and nothing more will be started in this run."""
         return self.nrunning == 0 and (self.nready == 0 or not self.accepting())
@@ -126,9 +123,14 @@ class Engine:
     def succeeded(self) -> bool:
         return self.ndone == len(self.state)
 
-    def done_ids(self) -> Iterator[int]:
-        state = self.state
-        return (i for i in range(len(state)) if state[i] == _DONE)
+    def ids_in(self, state: State) -> Iterator[int]:
+        """The tasks in a state, in DAG order."""
+        states = self.state
+        value = bytes((state,))
+        i = states.find(value)
+        while i >= 0:
+            yield i
+            i = states.find(value, i + 1)
 
     def tries_of(self, task_id: int) -> int:
         tries = self.dag.tasks[task_id].tries

@@ -3,12 +3,15 @@
 The master calls these hooks in one place; the jobstate log, the fake dagman.out, the
 resource log, structured logs and metrics are observers. An observer overrides only the
 hooks it needs. Hooks run on the master's loop: they must be cheap and must not block.
+``Fanout`` is the one observer the master talks to: it passes each hook on to the
+observers that override it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pmc.core.protocol import TaskResult
 from pmc.dag import Task
@@ -129,3 +132,85 @@ class Observer:
 
     def close(self) -> None:
         pass
+
+
+HOOKS = tuple(name for name, value in vars(Observer).items()
+              if callable(value) and not name.startswith("_"))
+
+
+class Fanout(Observer):
+    """Every hook, passed on to the observers (in their order) that override it.
+
+    Several hooks run per task on the master's loop, and most observers leave most hooks
+    as the base class's no-op: each hook is bound once, here, to what it must call. A hook
+    nobody overrides is the no-op itself, a hook one observer overrides is that observer's
+    method; only a hook several override loops over them. The methods below say what a
+    hook does for readers and type checkers; the bindings replace them on the instance.
+    """
+
+    def __init__(self, observers: Sequence[Observer] = ()) -> None:
+        self.observers = tuple(observers)
+        for hook in HOOKS:
+            setattr(self, hook, _bind(self.observers, hook))
+
+    def _each(self, hook: str, *args: Any) -> None:
+        for obs in self.observers:
+            getattr(obs, hook)(*args)
+
+    def started(self, info: RunInfo) -> None:
+        self._each("started", info)
+
+    def ready(self, task: Task, seq: int) -> None:
+        self._each("ready", task, seq)
+
+    def dispatched(self, task: Task, seq: int, attempt: int, rank: int, host: str) -> None:
+        self._each("dispatched", task, seq, attempt, rank, host)
+
+    def task_started(self, task: Task, seq: int, attempt: int, rank: int, host: str,
+                     start: float) -> None:
+        self._each("task_started", task, seq, attempt, rank, host, start)
+
+    def ended(self, task: Task, seq: int, res: TaskResult, error: str | None) -> None:
+        self._each("ended", task, seq, res, error)
+
+    def result(self, task: Task, seq: int, res: TaskResult, outcome: str) -> None:
+        self._each("result", task, seq, res, outcome)
+
+    def queue_changed(self, queued: int) -> None:
+        self._each("queue_changed", queued)
+
+    def held(self, task: Task, reason: str) -> None:
+        self._each("held", task, reason)
+
+    def host_changed(self, host: Host) -> None:
+        self._each("host_changed", host)
+
+    def flush(self) -> None:
+        self._each("flush")
+
+    def finished(self, summary: Summary) -> None:
+        self._each("finished", summary)
+
+    def close(self) -> None:
+        self._each("close")
+
+
+def _noop(*args: Any) -> None:
+    pass
+
+
+def _bind(observers: Sequence[Observer], hook: str) -> Callable[..., None]:
+    """What one hook of a Fanout calls: nothing, the one override, or each override."""
+    base = getattr(Observer, hook)
+    methods = [getattr(obs, hook) for obs in observers
+               if getattr(type(obs), hook) is not base]
+    if not methods:
+        return _noop
+    if len(methods) == 1:
+        return methods[0]  # type: ignore[no-any-return]
+
+    def each(*args: Any) -> None:
+        for method in methods:
+            method(*args)
+
+    return each

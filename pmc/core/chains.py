@@ -1,0 +1,180 @@
+"""What each task slot holds: the task running there and the tasks queued behind it.
+
+Prefetching sends a worker a task to start in the place of one of its running tasks the
+moment that one ends, so the slot does not wait for a round trip to the master. Such a
+task takes the slot and the resources over from the task it follows; until that one's
+result arrives it is "queued", unseen by the observers. The tasks of one slot form a
+chain: the running task, then up to ``PREFETCH_DEPTH`` queued ones, each behind the last.
+
+Pure bookkeeping: no messages, no resources, no engine. The master asks this class what
+to do and does it (sends, releases slots, readies tasks again).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pmc.core.resources import Worker
+
+PREFETCH_DEPTH = 2  # tasks queued behind each running one: room for results to batch
+
+Affinity = tuple[int, ...] | None
+
+
+class Chains:
+    """Running tasks and the queued tasks behind them, per slot."""
+
+    def __init__(self) -> None:
+        # Running tasks -> (worker, the cpus they are bound to). A queued task is here
+        # once the task before it has ended.
+        self.running: dict[int, tuple[Worker, Affinity]] = {}
+        # Running tasks the worker has not said yet that it started (sent to start at
+        # once, or promoted in their predecessor's place): observers hear "task_started"
+        # when it does, with the worker's own start time.
+        self.unstarted: set[int] = set()
+        self.queued: dict[int, tuple[Worker, int]] = {}  # task -> (worker, predecessor)
+        self._next: dict[int, int] = {}  # running or queued task -> its successor
+        # The last task of each chain -> how many tasks wait in the chain (0: a running
+        # task with none behind it).
+        self._tails: dict[int, int] = {}
+        self._recalling: set[int] = set()  # queued tasks asked back, not returned yet
+
+    # -- queries -----------------------------------------------------------------
+
+    def open_tails(self) -> list[tuple[int, int]]:
+        """(last task, depth) of each chain with room for one more queued task."""
+        return [(tail, depth) for tail, depth in self._tails.items()
+                if depth < PREFETCH_DEPTH]
+
+    def holder(self, task_id: int) -> tuple[Worker, Affinity]:
+        """The worker a running or queued task is on, and the running task's cpu set."""
+        entry = self.running.get(task_id)
+        if entry is not None:
+            return entry
+        return self.queued[task_id][0], None
+
+    def busy_workers(self) -> set[Worker]:
+        return {w for w, _a in self.running.values()}
+
+    def depth(self, task_id: int) -> int:
+        """How many tasks wait in a chain up to this one (0: it is running)."""
+        depth = 0
+        queued = self.queued
+        while task_id in queued:
+            task_id = queued[task_id][1]
+            depth += 1
+        return depth
+
+    # -- transitions -------------------------------------------------------------
+
+    def start(self, task_id: int, worker: Worker, affinity: Affinity) -> None:
+        """A task sent to start at once: a chain of its own."""
+        self.running[task_id] = (worker, affinity)
+        self.unstarted.add(task_id)
+        self._tails[task_id] = 0
+
+    def queue(self, task_id: int, tail: int) -> Worker:
+        """Queue a task behind the last task of a chain (one of ``open_tails``); returns
+        the worker that holds the chain."""
+        worker = self.holder(tail)[0]
+        self._tails[task_id] = self._tails.pop(tail) + 1
+        self._next[tail] = task_id
+        self.queued[task_id] = (worker, tail)
+        return worker
+
+    def started(self, task_id: int) -> Worker:
+        """The worker said it started the task; returns that worker."""
+        self.unstarted.discard(task_id)
+        return self.running[task_id][0]
+
+    def end(self, task_id: int) -> tuple[Worker, Affinity]:
+        """A running task ended (call ``promote`` next for its successor)."""
+        self.unstarted.discard(task_id)
+        return self.running.pop(task_id)
+
+    def promote(self, pred: int) -> int:
+        """``pred`` ended: its queued successor, if any, runs now in its place (returned;
+        -1 if none, and the slot is free)."""
+        succ = self._next.pop(pred, None)
+        if succ is None:
+            self._tails.pop(pred, None)
+            return -1
+        worker = self.queued.pop(succ)[0]
+        self._recalling.discard(succ)
+        self.running[succ] = (worker, None)
+        self.unstarted.add(succ)
+        end = succ
+        while end in self._next:
+            end = self._next[end]
+        if end in self._tails:
+            self._tails[end] -= 1  # the chain moved up by one
+        return succ
+
+    def recall(self, task_ids: Iterable[int]) -> set[Worker]:
+        """Queued tasks to ask back: the workers to ask (none for tasks asked already)."""
+        workers = set()
+        for tid in task_ids:
+            if tid not in self._recalling:
+                self._recalling.add(tid)
+                workers.add(self.queued[tid][0])
+        return workers
+
+    def returned(self, task_ids: Iterable[int]
+                 ) -> tuple[list[int], list[tuple[int, Worker, Affinity]]]:
+        """Tasks a worker gave back unstarted. Returns the queued ones (their chains are
+        cut behind their predecessors) and the running ones it refused to start, with
+        their worker and cpu set (their slots are free)."""
+        back: list[int] = []
+        refused: list[tuple[int, Worker, Affinity]] = []
+        cut: list[int] = []  # tasks whose successors went back
+        for tid in task_ids:
+            entry = self.queued.pop(tid, None)
+            self._recalling.discard(tid)
+            if entry is None:
+                if tid in self.unstarted and tid in self.running:
+                    worker, affinity = self.running.pop(tid)
+                    self.unstarted.discard(tid)
+                    self._tails.pop(tid, None)
+                    refused.append((tid, worker, affinity))
+                continue
+            pred = entry[1]
+            if self._next.get(pred) == tid:
+                del self._next[pred]
+            self._next.pop(tid, None)
+            self._tails.pop(tid, None)
+            cut.append(pred)
+            back.append(tid)
+        for pred in cut:
+            if pred not in self._next and (pred in self.running or pred in self.queued):
+                self._tails[pred] = self.depth(pred)
+        return back, refused
+
+    def drop_worker(self, rank: int) -> tuple[list[tuple[int, Affinity]], list[int]]:
+        """A worker is gone: its running tasks (with their cpu sets) and its queued ones,
+        all forgotten here."""
+        running = [(tid, a) for tid, (w, a) in self.running.items() if w.rank == rank]
+        for tid, _a in running:
+            del self.running[tid]
+            self._forget(tid)
+        queued = [tid for tid, (w, _pred) in self.queued.items() if w.rank == rank]
+        for tid in queued:
+            del self.queued[tid]
+            self._forget(tid)
+        return running, queued
+
+    def clear(self) -> list[int]:
+        """Give up on every task: those running, then those queued."""
+        tasks = [*self.running, *self.queued]
+        self.running.clear()
+        self.unstarted.clear()
+        self.queued.clear()
+        self._next.clear()
+        self._tails.clear()
+        self._recalling.clear()
+        return tasks
+
+    def _forget(self, task_id: int) -> None:
+        self.unstarted.discard(task_id)
+        self._recalling.discard(task_id)
+        self._tails.pop(task_id, None)
+        self._next.pop(task_id, None)

@@ -1,0 +1,125 @@
+"""The chains of prefetched tasks alone: what each slot holds, without messages."""
+
+from __future__ import annotations
+
+from pmc.core.chains import PREFETCH_DEPTH, Chains
+from pmc.core.resources import Resources, Worker
+
+
+def workers(n: int) -> list[Worker]:
+    res = Resources()
+    return [res.add_worker(rank, "h", 8, 0, 1) for rank in range(1, n + 1)]
+
+
+def test_a_started_task_is_a_chain_of_its_own() -> None:
+    (w,) = workers(1)
+    c = Chains()
+    c.start(1, w, None)
+    assert c.running == {1: (w, None)} and c.unstarted == {1}
+    assert c.open_tails() == [(1, 0)]
+    assert c.started(1) is w and not c.unstarted
+    assert c.holder(1) == (w, None)
+    assert c.busy_workers() == {w}
+
+
+def test_queued_tasks_follow_the_chain_up_to_its_depth() -> None:
+    (w,) = workers(1)
+    c = Chains()
+    c.start(1, w, (0, 1))
+    tail = 1
+    for task in range(2, 2 + PREFETCH_DEPTH):
+        assert c.open_tails() == [(tail, c.depth(tail))]
+        assert c.queue(task, tail) is w
+        tail = task
+    assert c.open_tails() == [], "the chain is full"
+    assert c.depth(tail) == PREFETCH_DEPTH
+    assert c.holder(2) == (w, None), "queued tasks are bound to no cpus"
+
+
+def test_promote_moves_the_chain_up() -> None:
+    (w,) = workers(1)
+    c = Chains()
+    c.start(1, w, None)
+    c.queue(2, 1)
+    c.queue(3, 2)
+    assert c.end(1) == (w, None)
+    assert c.promote(1) == 2
+    assert set(c.running) == {2} and c.unstarted == {2} and set(c.queued) == {3}
+    assert c.open_tails() == [(3, 1)], "room for one more behind 3"
+    c.end(2)
+    assert c.promote(2) == 3
+    c.end(3)
+    assert c.promote(3) == -1, "nothing behind: the slot is free"
+    assert not c.running and not c.queued and c.open_tails() == []
+
+
+def test_recall_asks_each_worker_once_per_task() -> None:
+    w1, w2 = workers(2)
+    c = Chains()
+    c.start(1, w1, None)
+    c.start(2, w2, None)
+    c.queue(3, 1)
+    c.queue(4, 2)
+    assert c.recall([3, 4]) == {w1, w2}
+    assert c.recall([3]) == set(), "already asked"
+
+
+def test_returned_cuts_the_chain_behind_its_predecessor() -> None:
+    (w,) = workers(1)
+    c = Chains()
+    c.start(1, w, None)
+    c.queue(2, 1)
+    c.queue(3, 2)
+    c.recall([2, 3])
+    back, refused = c.returned([2, 3])
+    assert back == [2, 3] and refused == []
+    assert not c.queued and c.open_tails() == [(1, 0)]
+    assert c.recall([]) == set()
+
+
+def test_returned_in_the_middle_keeps_the_head() -> None:
+    (w,) = workers(1)
+    c = Chains()
+    c.start(1, w, None)
+    c.queue(2, 1)
+    c.queue(3, 2)
+    back, _refused = c.returned([3])
+    assert back == [3]
+    assert c.open_tails() == [(2, 1)], "2 is the chain's last task again"
+
+
+def test_a_task_refused_before_it_started_frees_its_slot() -> None:
+    (w,) = workers(1)
+    c = Chains()
+    c.start(1, w, (2, 3))
+    back, refused = c.returned([1])
+    assert back == [] and refused == [(1, w, (2, 3))]
+    assert not c.running and not c.unstarted and c.open_tails() == []
+    # A task that started is not given back.
+    c.start(4, w, None)
+    c.started(4)
+    assert c.returned([4]) == ([], [])
+    assert 4 in c.running
+
+
+def test_drop_worker_forgets_its_tasks_only() -> None:
+    w1, w2 = workers(2)
+    c = Chains()
+    c.start(1, w1, (0,))
+    c.queue(2, 1)
+    c.start(3, w2, None)
+    c.queue(4, 3)
+    running, queued = c.drop_worker(w1.rank)
+    assert running == [(1, (0,))] and queued == [2]
+    assert set(c.running) == {3} and set(c.queued) == {4}
+    assert c.open_tails() == [(4, 1)]
+    assert c.busy_workers() == {w2}
+
+
+def test_clear_gives_up_on_everything() -> None:
+    w1, _w2 = workers(2)
+    c = Chains()
+    c.start(1, w1, None)
+    c.queue(2, 1)
+    assert c.clear() == [1, 2]
+    assert not c.running and not c.queued and not c.unstarted and c.open_tails() == []
