@@ -21,11 +21,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pmc import options
 from pmc.errors import ExitCode
 from pmc.files import atomic_write
 
 from .launchers import launch_argv
-from .site import Site, hms
+from .site import Site
+from .units import hms
 
 # A line only chain scripts carry: how a running link recognises its own text in $0.
 CHAIN_MARK = "# pmc chain script: each follow-up job is this script, submitted again."
@@ -221,56 +223,25 @@ class Scheduler(ABC):
 
 
 def pmc_run_argv(site: Site, dag: str) -> list[str]:
-    """``pmc run`` with the profile's PMC, logging and metrics options, then the DAG."""
-    p = site.pmc
-    argv = [*p.get("command", ["pmc"]), "run"]
-    flags = [
-        ("skip_rescue", "-s"),
-        ("nolock", "-n"),
-        ("strict_limits", "--strict-limits"),
-        ("per_task_stdio", "--per-task-stdio"),
-        ("jobstate_log", "--jobstate-log"),
-        ("monitord_hack", "--monitord-hack"),
-        ("no_resource_log", "--no-resource-log"),
-        ("no_sleep_on_recv", "--no-sleep-on-recv"),
-        ("keep_affinity", "--keep-affinity"),
-        ("set_affinity", "--set-affinity"),
-    ]
-    valued = [
-        ("stdout", "-o"),
-        ("stderr", "-e"),
-        ("max_failures", "-m"),
-        ("tries", "-t"),
-        ("rescue", "-r"),
-        ("host_script", "--host-script"),
-        ("maxfds", "--maxfds"),
-        ("worker_slots", "--worker-slots"),
-    ]
-    for key, opt in valued:
-        if key in p:
-            argv += [opt, str(p[key])]
-    for key, opt in flags:
-        if p.get(key):
-            argv.append(opt)
-    if site.host_cpus is not None:
-        argv += ["--host-cpus", str(site.host_cpus)]
-    if site.host_memory is not None:
-        argv += ["--host-memory", str(site.host_memory)]
+    """``pmc run`` with the profile's run options (its ``pmc``, ``logging`` and
+    ``metrics`` keys, as ``pmc.options`` maps them to flags), the host's cpus and memory,
+    ``--max-wall-time`` from the walltime, the site's name, then ``pmc.args`` and the DAG."""
+    values: dict[str, object] = {}
+    for o in options.profile_options():
+        assert o.profile is not None
+        section, _, key = o.profile.partition(".")
+        given = getattr(site, section)
+        if key in given:
+            values[o.dest] = given[key]
+    values["host_cpus"] = site.host_cpus
+    values["host_memory"] = site.host_memory
     mwt = site.max_wall_time_minutes
     if mwt is not None:
-        argv += ["--max-wall-time", minutes_text(mwt)]
-    log = site.logging
-    argv += ["-v"] * int(log.get("verbose", 0)) + ["-q"] * int(log.get("quiet", 0))
-    if "format" in log:
-        argv += ["--log-format", str(log["format"])]
-    if "file" in log:
-        argv += ["--log-file", str(log["file"])]
-    for key in ("port", "bind", "textfile", "pushgateway"):
-        if key in site.metrics:
-            argv += [f"--metrics-{key}", str(site.metrics[key])]
-    argv += [str(a) for a in p.get("args", [])]
-    argv.append(dag)
-    return argv
+        values["max_wall_time"] = minutes_text(mwt)
+    values["site"] = site.name
+    p = site.pmc
+    return [*p.get("command", ["pmc"]), "run", *options.argv_for(values),
+            *(str(a) for a in p.get("args", [])), dag]
 
 
 def command_argv(site: Site, dag: str) -> list[str]:

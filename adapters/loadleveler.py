@@ -13,7 +13,8 @@ from __future__ import annotations
 import re
 
 from .base import AdapterError, JobState, JobStatus, Scheduler, one_line, run_command
-from .site import Site, hms
+from .site import Site
+from .units import hms
 
 # llq -l "Status:" words (and the short codes of plain llq) → JobState.
 STATES: dict[str, JobState] = {

@@ -15,7 +15,8 @@ import re
 import shlex
 
 from .base import AdapterError, JobState, JobStatus, Scheduler, run_command
-from .site import Site, hms
+from .site import Site
+from .units import hms
 
 # job_state letters of qstat -f. F (PBS Pro) and C (Torque) are decided by Exit_status.
 STATES: dict[str, JobState] = {

@@ -1,40 +1,39 @@
-"""Site profiles: load a YAML profile, apply command-line overrides, validate it against
-``schemas/site.schema.json`` and turn it into a typed, immutable ``Site``.
+"""Site profiles: load a YAML profile, apply command-line overrides, validate it and
+turn it into a typed, immutable ``Site``.
 
-Owns the profile format and its error messages: every error names the file (or the
-command-line option) and the YAML path of the bad value, the value and what is allowed
-(an unknown key lists the valid keys). Profiles are read as written: YAML 1.2 scalars
-(``12:00:00`` is text, not the YAML 1.1 sexagesimal number 43200; ``yes`` is text, not
-true; ``010`` is ten), a key given twice is an error, and a duration that could be read
-two ways is refused with both readings. Also owns where the default profile is found
-(``$PMC_SITE``, then ``$XDG_CONFIG_HOME/pmc/site.yaml``). Knows nothing about schedulers
-beyond their names; adapters/ renders scripts.
+The public face of the profile format: ``load_site``, ``parse_site``, ``override`` /
+``parse_set`` (command-line changes) and ``default_site_path`` (``$PMC_SITE``, then
+``$XDG_CONFIG_HOME/pmc/site.yaml``) live here, with the checks that span several keys
+and the conversion to ``Site``. The rooms behind it: ``yaml12`` (YAML read as written),
+``validate`` (the schema, with the run options of ``pmc.options``, and the error
+explanations), ``messages`` (``SiteError`` and how errors name a value) and ``units``
+(durations and memory sizes). Knows nothing about schedulers beyond their names;
+adapters/ renders scripts.
 """
 
 from __future__ import annotations
 
-import difflib
-import json
-import math
 import os
 import re
-import reprlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-import yaml
+from .messages import SiteError, Where, path, show
+from .units import hms, parse_duration, parse_memory_mb
+from .validate import check_keys, schema_at, validate
+from .yaml12 import load_yaml
+
+__all__ = [
+    "DEFAULT_LAUNCHER", "LAUNCHERS", "SCHEDULERS", "Container", "Override", "Site",
+    "SiteError", "default_site_path", "hms", "load_site", "load_yaml", "override",
+    "parse_duration", "parse_memory_mb", "parse_set", "parse_site",
+]
 
 SCHEDULERS = ("slurm", "pbs", "loadleveler", "local")
 LAUNCHERS = ("srun", "mpiexec", "aprun", "poe")
 DEFAULT_LAUNCHER = {"slurm": "srun", "pbs": "mpiexec", "loadleveler": "poe", "local": "mpiexec"}
-
-
-class SiteError(Exception):
-    """A profile that cannot be used; ``str()`` is the one message for the user."""
 
 
 @dataclass(frozen=True)
@@ -101,149 +100,6 @@ class Site:
         return (self.walltime - self.margin) / 60
 
 
-def _schema() -> dict[str, Any]:
-    text = resources.files("pmc.adapters.schemas").joinpath("site.schema.json").read_text("utf-8")
-    loaded: dict[str, Any] = json.loads(text)
-    return loaded
-
-
-class ProfileLoader(yaml.SafeLoader):
-    """PyYAML's safe loader with the YAML 1.2 core schema's implicit types.
-
-    PyYAML implements YAML 1.1, where an unquoted ``12:00:00`` is the base-60 number
-    43200, ``1:00:00`` is 3600, ``010`` is octal 8 and ``yes``/``on`` are true. A
-    profile is read as written instead: only ``true``/``false``, ``null``/``~``,
-    decimal, ``0o`` and ``0x`` integers and plain decimal floats are typed; everything
-    else is text. Merge keys (``<<``) are kept: they are common in hand-written YAML.
-    """
-
-    yaml_implicit_resolvers: dict[str | None, list[tuple[str, re.Pattern[str]]]] = {}
-
-
-def _resolver(tag: str, pattern: str, first: str) -> None:
-    ProfileLoader.add_implicit_resolver(f"tag:yaml.org,2002:{tag}", re.compile(pattern), first)
-
-
-_resolver("bool", r"^(?:true|True|TRUE|false|False|FALSE)$", "tTfF")
-# int before float: a plain decimal integer also matches the float pattern.
-_resolver("int", r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$", "-+0123456789")
-_resolver(
-    "float",
-    r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
-    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$",
-    "-+.0123456789",
-)
-_resolver("null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""])  # type: ignore[arg-type]
-_resolver("merge", r"^(?:<<)$", "<")
-
-
-def _construct_int(loader: yaml.SafeLoader, node: yaml.Node) -> int:
-    text = str(loader.construct_scalar(node))  # type: ignore[arg-type]
-    if text.startswith("0o"):
-        return int(text[2:], 8)
-    if text.startswith("0x"):
-        return int(text[2:], 16)
-    return int(text, 10)  # leading zeros are decimal in YAML 1.2
-
-
-def _construct_float(loader: yaml.SafeLoader, node: yaml.Node) -> float:
-    text = str(loader.construct_scalar(node)).lower()  # type: ignore[arg-type]
-    if text.endswith(".inf"):
-        return -math.inf if text.startswith("-") else math.inf
-    if text == ".nan":
-        return math.nan
-    return float(text)
-
-
-def _construct_bool(loader: yaml.SafeLoader, node: yaml.Node) -> bool:
-    return str(loader.construct_scalar(node)).lower() == "true"  # type: ignore[arg-type]
-
-
-ProfileLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
-ProfileLoader.add_constructor("tag:yaml.org,2002:float", _construct_float)
-ProfileLoader.add_constructor("tag:yaml.org,2002:bool", _construct_bool)
-
-
-def _duplicate_keys(root: yaml.Node, source: str) -> None:
-    """A key given twice in one mapping is an error (PyYAML keeps the last silently,
-    so a profile would not be read as written). Each node is visited once: aliases
-    share nodes."""
-    seen: set[int] = set()
-    stack: list[tuple[yaml.Node, list[Any]]] = [(root, [])]
-    while stack:
-        node, where = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if isinstance(node, yaml.MappingNode):
-            lines: dict[str, int] = {}
-            for key, value in node.value:
-                if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
-                    line = key.start_mark.line + 1
-                    if key.value in lines:
-                        raise SiteError(
-                            f"{source}:{line}: {_path([*where, key.value])}: given twice "
-                            f"(first on line {lines[key.value]}); keep one"
-                        )
-                    lines[key.value] = line
-                    stack.append((value, [*where, key.value]))
-        elif isinstance(node, yaml.SequenceNode):
-            stack.extend((item, [*where, i]) for i, item in enumerate(node.value))
-
-
-def _environment_as_written(root: yaml.Node, data: dict[str, Any]) -> None:
-    """Environment values are exported as text: keep the text of plain numbers and
-    booleans as written (``1.10`` stays ``1.10``, not ``1.1``; ``true`` stays ``true``)."""
-    env = data.get("environment")
-    if not isinstance(root, yaml.MappingNode) or not isinstance(env, dict):
-        return
-    typed = ("int", "float", "bool")
-    for key, value in root.value:
-        if not (
-            isinstance(key, yaml.ScalarNode)
-            and key.value == "environment"
-            and isinstance(value, yaml.MappingNode)
-        ):
-            continue
-        for k, v in value.value:
-            if (
-                isinstance(k, yaml.ScalarNode)
-                and isinstance(v, yaml.ScalarNode)
-                and v.tag.rsplit(":", 1)[-1] in typed
-                and k.value in env
-            ):
-                env[k.value] = v.value
-
-
-def load_yaml(text: str, source: str) -> Any:
-    """YAML text read as written (see ``ProfileLoader``); errors as ``SiteError``."""
-    loader: ProfileLoader | None = None
-    try:
-        # The constructor already reads the text: a character YAML does not allow (a
-        # control character, a lone surrogate) is refused here, as a YAMLError too.
-        loader = ProfileLoader(text)
-        root = loader.get_single_node()
-        if root is None:
-            return None
-        _duplicate_keys(root, source)
-        data = loader.construct_document(root)
-        if isinstance(data, dict):
-            _environment_as_written(root, data)
-        return data
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{source}:{mark.line + 1}" if mark is not None else source
-        problem = getattr(e, "problem", None) or str(e)
-        raise SiteError(f"{where}: not valid YAML: {problem}") from e
-    except RecursionError:
-        raise SiteError(f"{source}: not a usable profile: nested too deeply") from None
-    except ValueError as e:  # e.g. an integer of thousands of digits
-        raise SiteError(f"{source}: not a usable profile: {e}") from None
-    finally:
-        if loader is not None:
-            loader.dispose()
-
-
 @dataclass(frozen=True)
 class Override:
     """One command-line change to a profile: ``label`` is how errors name it
@@ -255,23 +111,6 @@ class Override:
 
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*$")
-
-
-def _schema_at(key: str) -> dict[str, Any] | None:
-    schema = _schema()
-    node: dict[str, Any] = schema
-    for part in key.split("."):
-        props = node.get("properties", {})
-        if part in props:
-            node = props[part]
-        elif isinstance(node.get("additionalProperties"), dict):
-            node = node["additionalProperties"]
-        else:
-            return None
-        ref = node.get("$ref")
-        if isinstance(ref, str) and ref.startswith("#/$defs/"):
-            node = schema["$defs"][ref.rsplit("/", 1)[1]]
-    return node
 
 
 def _accepts_text(sub: dict[str, Any]) -> bool:
@@ -292,7 +131,7 @@ def override(label: str, key: str, text: str) -> Override:
     if not _KEY.match(key):
         raise SiteError(f"{label}: bad key {key!r}: expected a profile key such as "
                         "walltime or pmc.tries")
-    sub = _schema_at(key)
+    sub = schema_at(key)
     if sub is not None and _accepts_text(sub):
         return Override(label, key, text)
     return Override(label, key, load_yaml(text, label))
@@ -317,8 +156,8 @@ def _apply(data: dict[str, Any], overrides: Sequence[Override], source: str) -> 
                 child = {}
             elif not isinstance(child, dict):
                 raise SiteError(
-                    f"{o.label}: {_path(parts[: i + 1])} in {source} is "
-                    f"{_show(child)}, not a mapping of keys"
+                    f"{o.label}: {path(parts[: i + 1])} in {source} is "
+                    f"{show(child)}, not a mapping of keys"
                 )
             else:
                 child = dict(child)  # copy: the loaded profile is left as it was
@@ -362,245 +201,24 @@ def load_site(path: str | Path, overrides: Sequence[Override] = ()) -> Site:
 def parse_site(data: object, source: str = "<profile>", overrides: Sequence[Override] = ()) -> Site:
     """Validate already-parsed YAML ``data`` (with ``overrides`` applied) and convert it."""
     if not isinstance(data, dict):
-        raise SiteError(f"{source}: a site profile is a mapping of keys, got {_show(data)}")
-    _check_keys(data, source)
+        raise SiteError(f"{source}: a site profile is a mapping of keys, got {show(data)}")
+    check_keys(data, source)
     data = _apply(data, overrides, source)
-    where = _Where(source, {tuple(o.key.split(".")): o.label for o in overrides})
-    schema = _schema()
-    validator = jsonschema.Draft202012Validator(schema)
-    errors = sorted(validator.iter_errors(data), key=lambda e: (list(e.absolute_path), e.message))
-    if errors:
-        raise SiteError("\n".join(_explain(where, e, schema) for e in _leaf_errors(errors)))
+    where = Where(source, {tuple(o.key.split(".")): o.label for o in overrides})
+    validate(data, where)
     return _convert(data, source, where)
 
 
-class _Where:
-    """How an error names a value: ``FILE: yaml.path``, or the command-line option that
-    set it (``--set pmc.tries``, ``--walltime``)."""
-
-    def __init__(self, source: str, origins: dict[tuple[str, ...], str]) -> None:
-        self.source = source
-        self.origins = origins
-
-    def __call__(self, parts: Sequence[Any]) -> str:
-        key = tuple(str(p) for p in parts)
-        for n in range(len(key), 0, -1):
-            label = self.origins.get(key[:n])
-            if label is not None:
-                return label if n == len(key) else f"{label}: {_path(list(parts))}"
-        return f"{self.source}: {_path(list(parts))}"
-
-
-def _leaf_errors(errors: list[jsonschema.ValidationError]) -> list[jsonschema.ValidationError]:
-    # For oneOf failures the sub-errors only repeat the alternatives: report the
-    # oneOf itself once, with its description saying what is allowed.
-    seen: set[tuple[str, ...]] = set()
-    out = []
-    for e in errors:
-        key = (*(str(p) for p in e.absolute_path), str(e.validator))
-        if key not in seen:
-            seen.add(key)
-            out.append(e)
-    return out
-
-
-def _path(parts: list[Any]) -> str:
-    text = ""
-    for p in parts:
-        text += f"[{p}]" if isinstance(p, int) else (f".{p}" if text else str(p))
-    return text or "(top level)"
-
-
-MAX_VALUES = 100_000  # a site profile has dozens; YAML aliases can expand to billions
-
-
-def _check_keys(data: dict[Any, Any], source: str) -> None:
-    """Every mapping key is text (YAML also allows numbers, lists...), and the document is
-    not an alias bomb: the values it expands to, counting shared ones every time they are
-    referred to, stay few. Iterative, each object visited once."""
-    size: dict[int, int] = {}  # id -> expanded number of values below and including it
-    stack: list[tuple[object, list[Any], bool]] = [(data, [], False)]
-    while stack:
-        node, where, children_done = stack.pop()
-        if id(node) in size:
-            continue
-        if isinstance(node, dict):
-            items = list(node.items())
-        elif isinstance(node, list):
-            items = list(enumerate(node))
-        else:
-            size[id(node)] = 1
-            continue
-        if children_done:
-            total = 1 + sum(size.get(id(v), 1) for _k, v in items)
-            if total > MAX_VALUES:
-                raise SiteError(f"{source}: {_path(where)}: expands to more than "
-                                f"{MAX_VALUES} values (YAML aliases?); a profile has dozens")
-            size[id(node)] = total
-            continue
-        stack.append((node, where, True))
-        for key, value in items:
-            if isinstance(node, dict) and not isinstance(key, str):
-                raise SiteError(f"{source}: {_path(where)}: keys must be text, got {_show(key)}")
-            if id(value) not in size:
-                stack.append((value, [*where, key], False))
-
-
-# Short, bounded renderings of bad values: an aliased structure may be enormous.
-_REPR = reprlib.Repr()
-_REPR.maxstring = _REPR.maxother = 80
-
-
-def _show(value: object) -> str:
-    if isinstance(value, bool | type(None)):
-        return json.dumps(value)
-    return _REPR.repr(value)
-
-
-def _subschema(schema: dict[str, Any], e: jsonschema.ValidationError) -> dict[str, Any]:
-    sub: dict[str, Any] = e.schema if isinstance(e.schema, dict) else {}
-    ref = sub.get("$ref")
-    if isinstance(ref, str) and ref.startswith("#/$defs/"):
-        resolved: dict[str, Any] = schema["$defs"][ref.rsplit("/", 1)[1]]
-        return resolved
-    return sub
-
-
-# Words YAML 1.1 read as booleans; in a profile (YAML 1.2) they are text.
-_YAML11_BOOLS = {"yes", "no", "on", "off", "y", "n"}
-
-
-def _explain(at: _Where, e: jsonschema.ValidationError, schema: dict[str, Any]) -> str:
-    parts = list(e.absolute_path)
-    where = at(parts)
-    sub = _subschema(schema, e)
-    if e.validator == "additionalProperties" and isinstance(e.instance, dict):
-        allowed = sorted(sub.get("properties", {}))
-        bad = sorted(k for k in e.instance if k not in allowed)
-        lines = []
-        for k in bad:
-            near = difflib.get_close_matches(k, allowed, n=1)
-            hint = f" (did you mean {near[0]!r}?)" if near else ""
-            lines.append(
-                f"{at([*parts, k])}: unknown key {k!r}{hint}; valid keys: {', '.join(allowed)}"
-            )
-        return "\n".join(lines)
-    if e.validator == "required":
-        return f"{where}: {e.message.replace(' is a required property', '')} is required"
-    if e.validator == "enum":
-        allowed_values = ", ".join(str(v) for v in list(sub.get("enum", [])))
-        return f"{where}: bad value {_show(e.instance)}; allowed: {allowed_values}"
-    if e.validator == "propertyNames" or "propertyNames" in e.absolute_schema_path:
-        return (
-            f"{where}: bad variable name {_show(e.instance)}: letters, digits and _ "
-            "only, not starting with a digit"
-        )
-    if e.validator == "pattern" and isinstance(e.instance, str):
-        if "\\n" in str(e.validator_value):
-            return (
-                f"{where}: bad value {_show(e.instance)}: must be one line "
-                "(a newline, carriage return or NUL would end the directive)"
-            )
-        return f"{where}: bad value {_show(e.instance)}: must match {e.validator_value}"
-    if e.validator == "type":
-        expected = e.validator_value
-        want = " or ".join(expected) if isinstance(expected, list) else str(expected)
-        fix = ""
-        if want == "boolean" and str(e.instance).lower() in _YAML11_BOOLS:
-            fix = " (write true or false; profiles are YAML 1.2, where yes/no/on/off are text)"
-        elif want == "integer" and isinstance(e.instance, str) and ":" in e.instance:
-            fix = " (a whole number)"
-        return f"{where}: bad value {_show(e.instance)}: expected {want}{fix}"
-    if e.validator == "oneOf":
-        what = sub.get("description") or e.message
-        fix = ""
-        if isinstance(e.instance, float) and "minutes" in what:
-            fix = "; whole minutes only: write 90 or '01:30:00', not 1.5"
-        return f"{where}: bad value {_show(e.instance)}: expected {what}{fix}"
-    if e.validator in ("minimum", "maximum", "minLength"):
-        limit = {"minimum": "at least", "maximum": "at most", "minLength": "length at least"}
-        allowed_text = f"{limit[str(e.validator)]} {e.validator_value}"
-        return f"{where}: bad value {_show(e.instance)}: must be {allowed_text}"
-    return f"{where}: bad value {_show(e.instance)}: {e.message}"
-
-
-_DURATION = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d{1,2}))?(?::(\d{1,2}))?$")
-
-
-def parse_duration(value: int | str) -> int:
-    """Seconds from a profile duration: a number of minutes, ``HH:MM:SS``, ``D-HH``,
-    ``D-HH:MM`` or ``D-HH:MM:SS`` (Slurm's forms).
-
-    Slurm's ``MM:SS`` is refused: ``1:30`` is a minute and a half to Slurm and an hour
-    and a half to many people, and nothing in the profile says which was meant. The
-    ``ValueError`` says why and how to write each reading."""
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise ValueError("expected minutes, HH:MM:SS or D-HH:MM:SS")
-    if isinstance(value, int):
-        if value < 1:
-            raise ValueError("must be at least 1 minute")
-        return value * 60
-    text = value.strip()
-    m = _DURATION.match(text)
-    if not m:
-        raise ValueError("expected minutes, HH:MM:SS or D-HH:MM:SS")
-    days, a, b, c = m.groups()
-    nums = [int(x) for x in (a, b, c) if x is not None]
-    if days is None and len(nums) == 2:
-        x, y = nums
-        raise ValueError(
-            f"ambiguous: Slurm reads {text!r} as {x} min {y} s (MM:SS), people often mean "
-            f"{x} h {y} min; write '{hms(x * 60 + y)}' for {x} min {y} s "
-            f"or '{hms((x * 60 + y) * 60)}' for {x} h {y} min"
-        )
-    if days is not None:
-        h, mi, s = [*nums, 0, 0][:3]  # D-HH[:MM[:SS]]
-        if h > 23:
-            raise ValueError(f"hours after the days must be below 24, got {h}")
-    elif len(nums) == 1:
-        h, mi, s = 0, nums[0], 0
-    else:
-        h, mi, s = nums
-    if len(nums) > 1 and (mi > 59 or s > 59):
-        raise ValueError("minutes and seconds must be below 60 in HH:MM:SS")
-    total = ((int(days or 0) * 24 + h) * 60 + mi) * 60 + s
-    if total < 1:
-        raise ValueError("must be more than zero")
-    return total
-
-
-def hms(seconds: int) -> str:
-    """HH:MM:SS with hours unbounded (Slurm, PBS and LoadLeveler all accept it)."""
-    h, rest = divmod(int(seconds), 3600)
-    m, s = divmod(rest, 60)
-    return f"{h:02d}:{m:02d}:{s:02d}"
-
-
-_MEMORY = re.compile(r"^(\d+) *([KkMmGgTt])?[Bb]?$")
-
-
-def parse_memory_mb(value: int | str) -> int:
-    """MB from a number (MB) or a string with a K/M/G/T unit (powers of 1024)."""
-    if isinstance(value, int):
-        return value
-    m = _MEMORY.match(value.strip())
-    if not m:
-        raise ValueError(f"bad memory size {value!r}")
-    n, unit = int(m.group(1)), (m.group(2) or "M").upper()
-    factor = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}[unit]
-    return max(1, int(n * factor))
-
-
-def _duration(d: dict[str, Any], key: str, at: _Where) -> int | None:
+def _duration(d: dict[str, Any], key: str, at: Where) -> int | None:
     if key not in d:
         return None
     try:
         return parse_duration(d[key])
     except ValueError as e:
-        raise SiteError(f"{at([key])}: bad value {_show(d[key])}: {e}") from None
+        raise SiteError(f"{at([key])}: bad value {show(d[key])}: {e}") from None
 
 
-def _convert(d: dict[str, Any], source: str, at: _Where) -> Site:
+def _convert(d: dict[str, Any], source: str, at: Where) -> Site:
     scheduler: str = d["scheduler"]
     launcher: str = d.get("launcher", DEFAULT_LAUNCHER[scheduler])
     if scheduler == "loadleveler" and launcher != "poe":
@@ -631,7 +249,7 @@ def _convert(d: dict[str, Any], source: str, at: _Where) -> Site:
         raise SiteError(f"{at(['walltime_margin'])}: needs a walltime")
     if margin is not None and walltime is not None and margin >= walltime:
         raise SiteError(
-            f"{at(['walltime_margin'])}: bad value {_show(d['walltime_margin'])}: "
+            f"{at(['walltime_margin'])}: bad value {show(d['walltime_margin'])}: "
             f"must be less than the walltime ({hms(walltime)})"
         )
     pmc = dict(d.get("pmc", {}))
@@ -685,3 +303,4 @@ def _env_value(v: object) -> str:
     if isinstance(v, bool):  # from Python data; a file's values keep their text
         return "true" if v else "false"
     return str(v)
+

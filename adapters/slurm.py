@@ -17,7 +17,8 @@ from .base import (
     Scheduler,
     run_command,
 )
-from .site import Site, hms
+from .site import Site
+from .units import hms
 
 STATES: dict[str, JobState] = {
     "PENDING": JobState.PENDING,

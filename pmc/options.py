@@ -246,6 +246,11 @@ def _not(value: Any) -> bool:
 
 
 OPTIONS: tuple[Option, ...] = (
+    # The site profile's name, for the metrics' "site" label and the JSON log: passed by
+    # the batch scripts pmc writes (which also export PMC_SITE_NAME), hence hidden.
+    # First, so that a script's pmc run line names its site first.
+    Option(("--site",), "site", argparse.SUPPRESS, metavar="NAME", env="PMC_SITE_NAME",
+           extension=True, to_field=lambda v: v or ""),
     Option(("-v", "--verbose"), "verbose", "more logging (repeatable): DEBUG, TRACE",
            kind="count", default=0, profile="logging.verbose", worker=True, field=""),
     Option(("-q", "--quiet"), "quiet", "less logging (repeatable): WARN, ERROR, FATAL",
@@ -359,10 +364,6 @@ OPTIONS: tuple[Option, ...] = (
            "a live progress line on a terminal; pegasus-mpi-cluster: default 0; 0: off)",
            metavar="SECONDS", type=_nonneg_seconds, extension=True,
            profile="pmc.progress_interval", field=""),
-    # The site profile's name, for the metrics' "site" label and the JSON log: passed by
-    # the batch scripts pmc writes (which also export PMC_SITE_NAME), hence hidden.
-    Option(("--site",), "site", argparse.SUPPRESS, metavar="NAME", env="PMC_SITE_NAME",
-           extension=True, to_field=lambda v: v or ""),
 )
 
 BY_DEST: dict[str, Option] = {}
