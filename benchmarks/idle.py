@@ -65,7 +65,7 @@ def classify(root: int, mode: str) -> tuple[int, list[int], list[int], list[int]
                 master = pid
             else:
                 pmc.append(pid)
-        elif "pmc.runtime.worker" in cmd or " -I -S -c" in cmd:
+        elif "pmc.runtime.worker" in cmd or "pmc/runtime/guard.py" in cmd:
             pmc.append(pid)
         else:
             launcher.append(pid)

@@ -25,13 +25,20 @@ worker has ready. The sequence of a run:
                                                           back queued ones)
     master -> worker   SHUTDOWN()
     worker -> master   BYE(error_or_None)
+
+At any point after CONFIG:
+
+    worker -> master   ERROR(message)                    (the worker cannot start)
+    worker -> master   WORKER_FAILED(hostname, traceback)  (its loop died of an unexpected
+                                                          exception: the traceback's last
+                                                          8 KB; then it exits non-zero)
 """
 
 from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-VERSION = 4  # 4: STARTED, starts with RESULTS, START carries the wall time left
+VERSION = 5  # 4: STARTED, starts with RESULTS, START carries the wall time left; 5: WORKER_FAILED
 
 CONFIG = 1
 HELLO = 2
@@ -47,6 +54,7 @@ RECALL = 11
 RETURNED = 12
 FORWARD = 13
 STARTED = 14
+WORKER_FAILED = 15  # worker -> master: its loop died of an unexpected exception
 
 # The status of a try that failed for a reason of pmc's, not the task's own exit: the
 # program could not be started, its output files not opened, its forwarded files not read

@@ -10,7 +10,6 @@ reported by ``lost()``.
 from __future__ import annotations
 
 import selectors
-import signal
 import socket
 import subprocess
 import time
@@ -91,11 +90,6 @@ class LocalMaster:
             conn.sock.close()
             self._lost.append(conn.rank)
 
-    def kill(self, rank: int) -> None:
-        proc = self.procs.get(rank)
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
-
     def close(self, grace: float = 5.0) -> None:
         for conn in list(self.conns.values()):
             self.sel.unregister(conn.sock)
@@ -157,8 +151,4 @@ class LocalWorker:
         self.sock.close()
 
 
-def worker_pids(master: LocalMaster) -> dict[int, int]:
-    return {rank: p.pid for rank, p in master.procs.items()}
-
-
-__all__ = ["LocalMaster", "LocalWorker", "worker_pids"]
+__all__ = ["LocalMaster", "LocalWorker"]

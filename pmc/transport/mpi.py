@@ -48,10 +48,6 @@ _INTRO = struct.Struct("!I16s")  # a worker's first bytes on its socket: rank, t
 _SETTLE = 30.0  # seconds close() waits for answers that messages still wait on
 
 
-def launched_size() -> int:
-    return int(MPI.COMM_WORLD.Get_size())
-
-
 class MpiTransport:
     def __init__(self, sleep_on_recv: bool = True, spin: bool = True,
                  host_sockets: bool = True) -> None:
@@ -330,6 +326,3 @@ class MpiTransport:
         if self.sel is not None:
             self.sel.close()
             self.sel = None
-
-    def abort(self, code: int) -> None:
-        self.comm.Abort(code)

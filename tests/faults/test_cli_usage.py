@@ -176,7 +176,7 @@ def test_values_the_reference_accepts(argv: list[str], env: dict[str, str], attr
 
 def test_zero_wall_time_and_host_cpus_run(tmp_path: Path) -> None:
     # 0 is no limit and detection, as in the reference: the run goes ahead.
-    from pmc.runtime.worker import detect_cpus
+    from pmc.runtime.hostinfo import detect_cpus
 
     (tmp_path / "w.dag").write_text("TASK A -m 1 /bin/echo ran\n")
     for argv, env in ((["--max-wall-time", "0", "--host-cpus", "0"], {}),

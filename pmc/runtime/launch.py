@@ -1,0 +1,460 @@
+"""Launching and reaping a worker's tasks: the processes, their output files and pipes,
+the kill of their process groups, and each try's result.
+
+Tasks are started with ``posix_spawn`` (no Python between fork and exec) in their own
+process group, stdout/stderr straight into the worker's output files (or the per-task
+files), so task output never passes through Python. Only tasks that need an address-space
+limit or a cpu binding take the slower path with a ``preexec_fn``. Each running task
+holds a pidfd in the worker's poller (readable when it exits); its -f pipes' read ends
+are there too (``pmc.runtime.taskio``). Every task's process group is announced to the
+guard (``pmc.runtime.guard``), which kills what is left should the worker die.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import resource
+import select
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pmc import log
+from pmc.accounting import Accounting, self_maxrss_kb
+from pmc.core import protocol
+from pmc.core.protocol import (
+    FAILED_STATUS,
+    TaskResult,
+    TaskSpec,
+    WorkerConfig,
+    exit_code_of,
+    signal_of,
+)
+from pmc.core.records import cluster_task_record
+from pmc.dag import split_command
+from pmc.runtime.guard import Guard
+from pmc.runtime.hostinfo import close_on_exec_all
+from pmc.runtime.taskio import (
+    TAIL_BYTES,
+    Pipe,
+    Pipes,
+    append,
+    open_append,
+    open_task_stdio,
+    read_forward_file,
+    remove_forward_files,
+    tail,
+)
+
+KILL_GRACE = 3.0  # seconds between SIGTERM and SIGKILL of a task's process group
+_FORWARD_FD_BASE = 100
+# Reset to their defaults in every task: the worker ignores SIGTTOU (see Worker) and
+# catches SIGTERM and SIGINT; Python ignores SIGPIPE.
+_TASK_SIGDEF = (signal.SIGPIPE, signal.SIGTERM, signal.SIGINT, signal.SIGTTOU)
+
+
+class Running:
+    __slots__ = (
+        "app", "cgroup", "err_fd", "err_offset", "err_path", "out_fd", "pid", "pidfd",
+        "pipes", "popen", "rss_floor", "spec", "start", "t0",
+    )
+
+    def __init__(self, spec: TaskSpec) -> None:
+        self.spec = spec
+        self.pid = 0
+        self.pidfd = -1
+        self.popen: subprocess.Popen[bytes] | None = None
+        self.start = 0.0
+        self.t0 = 0.0
+        self.app = ""
+        self.out_fd = -1
+        self.err_fd = -1
+        self.pipes: Pipes | None = None  # its -f forwards, if it has any
+        self.cgroup: Any = None  # its accounting slot (pmc.accounting), if any
+        self.rss_floor = 0  # the worker's RSS high-water mark when it was spawned
+        self.err_path = ""  # where its stderr goes, and how long that file was then
+        self.err_offset = 0
+
+
+# What a poller wait returns for each readable fd: the master's socket, a task's pidfd,
+# or one of a task's forwarding pipes.
+Waited = str | Running | tuple[Running, int]
+
+
+class Poller:
+    """epoll over file descriptors, each with the object it stands for. ``selectors``
+    does the same with key objects and mask maps at ~15 µs more per task (a pidfd is
+    added, waited on and removed for every one)."""
+
+    def __init__(self) -> None:
+        self.epoll = select.epoll()
+        self.data: dict[int, Waited] = {}
+
+    def add(self, fd: int, data: Waited) -> None:
+        self.epoll.register(fd, select.EPOLLIN)
+        self.data[fd] = data
+
+    def remove(self, fd: int) -> None:
+        self.epoll.unregister(fd)
+        del self.data[fd]
+
+    def wait(self, timeout: float | None) -> list[Waited]:
+        """What became readable within ``timeout`` seconds (None: wait as long as it
+        takes); the wait is rounded up to whole milliseconds."""
+        data = self.data
+        return [data[fd] for fd, _ in self.epoll.poll(-1 if timeout is None else timeout)]
+
+
+class Launcher:
+    """A worker's tasks as processes: starts them, reads their pipes, reaps them, kills
+    them. Every try's result (and every start) waits in ``results`` (``starts``) for
+    the worker to send."""
+
+    def __init__(self, config: WorkerConfig, rank: int, hostname: str, env: dict[str, str],
+                 send: Callable[[protocol.Message], None]) -> None:
+        self.cfg = config
+        self.rank = rank
+        self.host_rank = 0
+        self.hostname = hostname
+        self.base_env = env
+        self.send = send  # to the master: spilled pipe data, before the result
+        self.poller = Poller()
+        self.running: dict[int, Running] = {}  # pid -> Running
+        self.running_ids: set[int] = set()  # task ids of self.running
+        self.results: list[TaskResult] = []
+        # Tasks started since the last message to the master, (id, Unix time), in order:
+        # they travel with results, or alone (STARTED) when there are none.
+        self.starts: list[tuple[int, float]] = []
+        self.dag_dir = os.path.dirname(os.path.abspath(config.dag_path))
+        self.out_fd = self.err_fd = -1
+        # Log levels, fixed for the run: per-task lines cost one attribute test when off.
+        self.debug = log.enabled(log.DEBUG)
+        self.trace = log.enabled(log.TRACE)
+        if not config.per_task_stdio:
+            out_path = config.out_path.format(rank=rank)
+            err_path = config.err_path.format(rank=rank)
+            log.debug(f"Worker {rank}: Using task stdout file: {out_path}")
+            log.debug(f"Worker {rank}: Using task stderr file: {err_path}")
+            self.out_fd = open_append(out_path)
+            self.err_fd = open_append(err_path)
+        self.err_path = os.path.abspath(config.err_path.format(rank=rank))
+        self.accounting = Accounting(config.slots, config.strict_limits)
+        close_on_exec_all()  # before the guard and the first task start
+        self.guard = Guard(KILL_GRACE)
+        for d in self.accounting.parent:
+            if d:  # removed by the guard should this worker be killed
+                self.guard.announce(b"c%s\n" % d.encode())
+
+    # -- launching -------------------------------------------------------------------
+
+    def launch(self, spec: TaskSpec) -> bool:
+        """Start a try of ``spec``; False if it failed at once (its result is in
+        ``results``)."""
+        if self.trace:
+            log.trace(f"Running task {spec.name}")
+        r = Running(spec)
+        try:
+            argv = split_command(spec.command)
+        except ValueError as e:
+            return self.fail_now(r, f"cannot split command: {e}")
+        if not argv:
+            return self.fail_now(r, "empty command")
+        r.app = argv[0]
+        env = self.base_env.copy()
+        env["PMC_TASK"] = spec.name
+        env["PMC_MEMORY"] = str(spec.memory)
+        env["PMC_CPUS"] = str(spec.cpus)
+        env["PMC_RANK"] = str(self.rank)
+        env["PMC_HOST_RANK"] = str(self.host_rank)
+        if spec.affinity:
+            env["PMC_AFFINITY"] = ",".join(map(str, spec.affinity))
+        cfg = self.cfg
+        try:
+            if cfg.per_task_stdio:
+                r.out_fd, r.err_fd = open_task_stdio(os.path.join(self.dag_dir, spec.name))
+                out_fd, err_fd = r.out_fd, r.err_fd
+            else:
+                out_fd, err_fd = self.out_fd, self.err_fd
+        except OSError as e:
+            close_stdio(r)
+            return self.fail_now(r, f"cannot open per-task output file: {e}")
+        # Pipe write ends reach the task as fds 3, 4, ... (as in PMC: "A=3"), small enough
+        # for `echo >&$A` in any shell. They wait here at high, close-on-exec numbers so
+        # that the moves into place cannot overwrite each other.
+        moves: list[tuple[int, int]] = []
+        if spec.pipe_forwards:
+            pipes = r.pipes = Pipes(spec.name)
+            for i, (var, dest) in enumerate(spec.pipe_forwards):
+                rd, wr = os.pipe()
+                os.set_blocking(rd, False)
+                high = fcntl.fcntl(wr, fcntl.F_DUPFD_CLOEXEC, _FORWARD_FD_BASE)
+                os.close(wr)
+                moves.append((high, 3 + i))
+                env[var] = str(3 + i)
+                pipes.open[rd] = Pipe(var, dest)
+        write_ends = [high for high, _target in moves]
+        read_ends = list(r.pipes.open) if r.pipes is not None else []
+        acc = self.accounting
+        rlimit = cfg.strict_limits and spec.memory > 0 and acc.limits == "rlimit"
+        needs_preexec = bool(spec.affinity) or rlimit
+        if cfg.per_task_stdio:
+            r.err_path = os.readlink(f"/proc/self/fd/{err_fd}")
+        else:
+            r.err_path = self.err_path
+            # Where this try's stderr begins in the shared file, for its tail should it
+            # fail (one slot: nothing else writes there meanwhile).
+            r.err_offset = os.fstat(err_fd).st_size if cfg.slots == 1 else -1
+        r.cgroup = acc.enter(spec.memory)
+        if r.cgroup is None:
+            if acc.problem and cfg.strict_limits and spec.memory > 0:
+                # Its memory limit cannot be set: it must not run without one.
+                for fd in (*write_ends, *read_ends):
+                    os.close(fd)
+                message = f"Task {spec.name}: {acc.problem}"
+                log.error(message)
+                return self.fail_now(r, message, out_fd)
+            r.rss_floor = self_maxrss_kb()
+        r.start = time.time()
+        r.t0 = time.monotonic()
+        try:
+            try:
+                try:
+                    _spawn(r, None, argv, env, out_fd, err_fd, moves, needs_preexec, rlimit)
+                except FileNotFoundError:
+                    # The reference runs a bare name that is an executable file in the
+                    # working directory before it searches PATH; looked at only when the
+                    # PATH search failed, so that the usual launch costs no extra stat.
+                    if "/" in argv[0] or not _is_executable(argv[0]):
+                        raise
+                    _spawn(r, argv[0], argv, env, out_fd, err_fd, moves, needs_preexec,
+                           rlimit)
+            finally:
+                if r.cgroup is not None:
+                    acc.leave()
+        except OSError as e:
+            if r.cgroup is not None:
+                acc.abandon(r.cgroup)
+                r.cgroup = None
+            for fd in (*write_ends, *read_ends):
+                os.close(fd)
+            # What the reference's child writes to the task's stderr when execve fails
+            # (it then exits 1: the try's status is 256).
+            message = (f"Unable to exec command {_exec_path(argv[0])} for task {spec.name}: "
+                       f"{os.strerror(e.errno) if e.errno else e}")
+            append(err_fd, message + "\n")
+            return self.fail_now(r, message, out_fd)
+        for fd in write_ends:
+            os.close(fd)
+        poller = self.poller
+        r.pidfd = os.pidfd_open(r.pid)
+        poller.add(r.pidfd, r)
+        for fd in read_ends:
+            poller.add(fd, (r, fd))
+        self.running[r.pid] = r
+        self.running_ids.add(spec.id)
+        self.starts.append((spec.id, r.start))
+        self.guard.announce(b"+%d\n" % r.pid)
+        if self.debug:
+            log.debug(f"Task {spec.name} started as pid {r.pid}")
+        return True
+
+    def fail_now(self, r: Running, message: str, out_fd: int = -1) -> bool:
+        """A try that ended before its program ran (it could not be started, its output
+        files not opened): status 256, as the reference's, and its record on the task's
+        stdout, or this worker's, where there is one. Returns False (not started)."""
+        spec = r.spec
+        if self.debug:
+            log.debug(f"Task {spec.name} failed: {message}")
+        start = r.start or time.time()
+        duration = time.monotonic() - r.t0 if r.t0 else 0.0
+        if out_fd < 0:
+            out_fd = self.out_fd
+        if out_fd >= 0:
+            append(out_fd, cluster_task_record(
+                spec.name, spec.pegasus_id, start, duration, FAILED_STATUS, r.app,
+                self.hostname, self.rank, spec.cpus, spec.memory))
+        close_stdio(r)
+        self.starts.append((spec.id, start))
+        self.results.append(TaskResult(spec.id, spec.attempt, FAILED_STATUS, start, duration,
+                                       0.0, None, message, None,
+                                       stderr_path=r.err_path or None,
+                                       stderr_tail=message[-TAIL_BYTES:]))
+        return False
+
+    # -- reaping -----------------------------------------------------------------------
+
+    def read_pipe(self, r: Running, fd: int) -> None:
+        """Pipe ``fd`` of ``r`` is readable: take its data (close it at EOF)."""
+        pipes = r.pipes
+        if pipes is not None and fd in pipes.open and not pipes.read(fd):
+            self.poller.remove(fd)
+            pipes.close(fd)
+
+    def reap(self, r: Running) -> None:
+        """``r`` exited: wait for it, take its forwards, write its record, and queue its
+        result."""
+        _, wstatus, usage = os.wait4(r.pid, 0)
+        if r.popen is not None:
+            r.popen.returncode = 0  # reaped here; keep subprocess from waiting on it
+        duration = time.monotonic() - r.t0
+        status = wstatus  # raw, as the reference reports it
+        spec = r.spec
+        if self.debug:
+            if status & 0x7F:
+                log.debug(f"Task {spec.name} exited on signal {signal_of(status)} "
+                          f"({status}) in {duration:f} seconds")
+            else:
+                log.debug(f"Task {spec.name} exited with status {exit_code_of(status)} "
+                          f"({status}) in {duration:f} seconds")
+        del self.running[r.pid]
+        self.running_ids.discard(spec.id)
+        self.poller.remove(r.pidfd)
+        os.close(r.pidfd)
+        self.guard.announce(b"-%d\n" % r.pid)
+        pipes = r.pipes
+        error = None
+        if pipes is not None:
+            for fd in list(pipes.open):
+                self.read_pipe(r, fd)
+                if fd in pipes.open:  # still open (a grandchild holds it): take what is there
+                    self.poller.remove(fd)
+                    pipes.close(fd)
+            error = pipes.error
+        forwards: list[tuple[str, bytes]] = []
+        if status == 0 and error is None:
+            if pipes is not None:
+                forwards = pipes.in_memory()
+            for src, dest in spec.file_forwards or ():
+                data, problem = read_forward_file(spec.name, src)
+                if problem:
+                    log.error(problem)
+                    error = problem
+                    break
+                if data:
+                    forwards.append((dest, data))
+            # Only once the files are read (as the reference, which reads them before it
+            # sends any data): a try that fails forwards nothing.
+            if pipes is not None and error is None and pipes.spilled():
+                error = pipes.send_spilled(spec, self.send)
+                if error is not None:
+                    log.error(error)
+        if spec.file_forwards:
+            # Removed whatever happened to the try, as the reference does.
+            remove_forward_files(spec.name, spec.file_forwards)
+        if pipes is not None:
+            pipes.drop()
+        if error is not None:
+            forwards = []
+            if pipes is not None and error is pipes.error:
+                # File-forward problems were logged as found.
+                log.error(f"Task {spec.name} failed: {error}")
+            if status == 0:
+                status = FAILED_STATUS
+        record = cluster_task_record(
+            spec.name, spec.pegasus_id, r.start, duration, status, r.app, self.hostname,
+            self.rank, spec.cpus, spec.memory,
+        )
+        append(r.out_fd if r.out_fd >= 0 else self.out_fd, record)
+        tail_text = None
+        if status != 0 and r.err_offset >= 0:
+            tail_text = tail(r.err_path, r.err_offset)
+        close_stdio(r)
+        used = self.accounting.collect(r.cgroup, usage, status, r.rss_floor)
+        cpu = usage.ru_utime + usage.ru_stime
+        if used.user_cpu is not None and used.system_cpu is not None:
+            cpu = used.user_cpu + used.system_cpu  # the whole tree, orphans included
+        self.results.append(TaskResult(
+            spec.id, spec.attempt, status, r.start, duration, cpu, used.max_rss_kb, error,
+            tuple(forwards) or None, used.user_cpu, used.system_cpu, used.oom_killed,
+            r.err_path if status != 0 else None, tail_text))
+
+    def signal_all(self, sig: int) -> None:
+        """Send ``sig`` to every running task's process group."""
+        for r in self.running.values():
+            signal_group(r.pid, sig)
+
+
+def _spawn(r: Running, path: str | None, argv: list[str], env: dict[str, str], out_fd: int,
+           err_fd: int, moves: list[tuple[int, int]], preexec: bool, rlimit: bool) -> None:
+    """Start the task's process in its own process group (same session); ``path``: the
+    file to run, None for argv[0] searched in PATH."""
+    if preexec:
+        r.popen = subprocess.Popen(
+            argv, executable=path, env=env, stdin=subprocess.DEVNULL, stdout=out_fd,
+            stderr=err_fd,
+            close_fds=False,  # every fd of the worker is close-on-exec already
+            process_group=0, preexec_fn=_limits(r.spec, rlimit, moves),
+        )
+        r.pid = r.popen.pid
+        return
+    r.pid = (os.posix_spawnp if path is None else os.posix_spawn)(
+        argv[0] if path is None else path, argv, env,
+        file_actions=[
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_DUP2, out_fd, 1),
+            (os.POSIX_SPAWN_DUP2, err_fd, 2),
+            *((os.POSIX_SPAWN_DUP2, high, target) for high, target in moves),
+        ],
+        setpgroup=0,
+        setsigdef=_TASK_SIGDEF,
+    )
+
+
+def _limits(spec: TaskSpec, rlimit: bool, moves: list[tuple[int, int]]) -> Callable[[], None]:
+    affinity = spec.affinity
+    limit = spec.memory * 1024 * 1024 if rlimit else 0
+
+    def apply() -> None:
+        for high, target in moves:
+            os.dup2(high, target)  # inheritable, unlike the source
+        if affinity:
+            os.sched_setaffinity(0, affinity)
+        if limit:
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        signal.signal(signal.SIGTTOU, signal.SIG_DFL)  # ignored by the worker
+
+    return apply
+
+
+def close_stdio(r: Running) -> None:
+    for fd in (r.out_fd, r.err_fd):
+        if fd >= 0:
+            os.close(fd)
+    r.out_fd = r.err_fd = -1
+
+
+def _is_executable(path: str) -> bool:
+    """A regular file this process may execute (the reference's test)."""
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def _exec_path(name: str) -> str:
+    """The file the reference would have tried to execute for argv[0] ``name``: as
+    given if it has a slash or is an executable file here, else the first executable
+    file of that name in PATH, else the name itself. Only for the message of a failed
+    start."""
+    if not name or "/" in name or _is_executable(name):
+        return name
+    for d in os.environ.get("PATH", "").split(":"):
+        if d and _is_executable(f"{d}/{name}"):
+            return f"{d}/{name}"
+    return name
+
+
+def signal_group(pgid: int, sig: int) -> bool:
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
