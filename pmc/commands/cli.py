@@ -114,16 +114,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
-def pegasus_main(argv: Sequence[str] | None = None) -> int:
-    """``pegasus-mpi-cluster [options] workflow.dag``: the reference's command line."""
+def pegasus_parser() -> argparse.ArgumentParser:
+    """The reference's command line: the run options, no subcommands."""
     p = argparse.ArgumentParser(prog="pegasus-mpi-cluster",
-                description="Run a PMC DAG (pegasus-mpi-cluster compatible).")
+                                description="Run a PMC DAG (pegasus-mpi-cluster compatible).")
     p.add_argument("-V", "--version", action="version",
                    version=f"pegasus-mpi-cluster (pmc) {__version__}")
     add_run_options(p)
+    return p
+
+
+def pegasus_main(argv: Sequence[str] | None = None) -> int:
+    """``pegasus-mpi-cluster [options] workflow.dag``: the reference's command line."""
+    p = pegasus_parser()
     args = p.parse_args(argv)
     try:
         return cmd_run(p, args, dropin=True)
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED
-
