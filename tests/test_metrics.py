@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pmc.core.events import RunInfo, Summary
 from pmc.outputs.metrics import IDENTITY, make_registry, metric_names
-from pmc.outputs.observe import Tally
+from pmc.outputs.tally import Tally
 
 N_TASKS = 16
 SECRET = "s3cr3t-argument"

@@ -19,7 +19,7 @@ from pmctest import clean_env, pmc, pmc_mpi, write_dag
 from pmc import log
 from pmc.core.protocol import describe
 from pmc.options import RunOptions
-from pmc.outputs.observe import LogOutput, setup_logging
+from pmc.outputs.logsetup import LogOutput, setup_logging
 
 TASK_FIELDS = {"task", "try", "rank", "host", "cpus", "memory"}
 END_FIELDS = TASK_FIELDS | {"status", "duration", "cpu_time", "max_rss_kb", "start",
@@ -229,9 +229,13 @@ def test_json_mode_turns_log_lines_into_objects(tmp_path: Path) -> None:
 
 
 def test_importing_configures_nothing() -> None:
-    code = ("import structlog, pmc.log, pmc.outputs.observe, pmc.outputs.metrics, "
-            "pmc.outputs.status, pmc.commands.report, "
+    # No exit hook either (the event log's is registered when it first holds events).
+    code = ("import atexit, structlog, prometheus_client\n"
+            "hooks = atexit._ncallbacks()\n"
+            "import pmc.log, pmc.outputs.assemble, pmc.outputs.metrics, "
+            "pmc.outputs.status, pmc.commands.status, pmc.commands.report, "
             "pmc.commands.cli\n"
+            "assert atexit._ncallbacks() == hooks, atexit._ncallbacks()\n"
             "assert not structlog.is_configured()\n"
             "assert pmc.log._sink is None and pmc.log._stream is None\n"
             "import logging\n"
@@ -260,7 +264,8 @@ def test_worker_messages_follow_the_log_format(mode: str, tmp_path: Path) -> Non
 
 
 class _Clock:
-    """A stand-in for pmc.outputs.observe's ``time``: the same timestamp for every event."""
+    """A stand-in for the ``time`` of pmc.outputs.eventlog and logsetup: the same
+    timestamp for every event."""
 
     def __init__(self, now: float) -> None:
         self.now = now
@@ -304,8 +309,8 @@ class _StructlogEvents:
         emit = self.emit
         ts = res.start + res.duration
         if not -float("inf") < ts < float("inf"):
-            from pmc.outputs import observe
-            ts = observe.time.time()  # the test's clock
+            from pmc.outputs import eventlog
+            ts = eventlog.time.time()  # the test's clock
         extra: dict[str, Any] = {}
         error = res.error
         if outcome != "succeeded":
@@ -332,9 +337,10 @@ def test_direct_task_events_are_what_structlog_renders(
     structlog chain made of the same calls, values of unusual types included."""
     from pmc.core.protocol import TaskResult
     from pmc.dag import Task
-    from pmc.outputs import observe
+    from pmc.outputs import eventlog, logsetup
 
-    monkeypatch.setattr(observe, "time", _Clock(now))
+    monkeypatch.setattr(eventlog, "time", _Clock(now))
+    monkeypatch.setattr(logsetup, "time", _Clock(now))
     names = ["t0", 'we"ird\\name', "ünï\tcödé", "x" * 300]
     results = [
         ("succeeded", TaskResult(0, 1, 0, now - 1.5, 0.0012528309998, 0.000795, 25172,
@@ -353,7 +359,7 @@ def test_direct_task_events_are_what_structlog_renders(
         ("failed", TaskResult(0, 1, 1, now, 0.5, 0.5, 0, 42, None)),  # type: ignore[arg-type]
     ]
     outputs = []
-    for make in (observe.EventLog, _StructlogEvents):
+    for make in (eventlog.EventLog, _StructlogEvents):
         path = tmp_path / f"{make.__name__}.jsonl"
         out = LogOutput("json", str(path))
         ev = make(out)
@@ -390,7 +396,7 @@ def test_held_back_task_events_keep_their_place(tmp_path: Path) -> None:
     """Task events are rendered later, together, but land where they happened: before a
     log message written after them, and at exit even without a close."""
     from pmc.dag import Task
-    from pmc.outputs.observe import EventLog
+    from pmc.outputs.eventlog import EventLog
 
     path = tmp_path / "ev.jsonl"
     out = LogOutput("json", str(path))
@@ -406,7 +412,8 @@ def test_held_back_task_events_keep_their_place(tmp_path: Path) -> None:
 
     code = ("import sys\n"
             "from pmc.dag import Task\n"
-            "from pmc.outputs.observe import EventLog, LogOutput\n"
+            "from pmc.outputs.eventlog import EventLog\n"
+            "from pmc.outputs.logsetup import LogOutput\n"
             "ev = EventLog(LogOutput('json', sys.argv[1]))\n"
             "ev.ready(Task(0, 'a', '/bin/true'), 1)\n")
     exit_path = tmp_path / "exit.jsonl"
@@ -414,3 +421,59 @@ def test_held_back_task_events_keep_their_place(tmp_path: Path) -> None:
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert [e["event"] for e in read_events(exit_path)] == ["task.ready"]
+
+
+def test_building_the_outputs_opens_nothing(tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The observers of a run can be made before its master: no file appears until the
+    run starts (``started``), none if it never does, and each then opens its own."""
+    from pmc.core.events import RunInfo
+    from pmc.outputs import assemble, logsetup
+    from pmc.outputs.eventlog import EventLog
+    from pmc.outputs.metrics import MetricsExport
+    from pmc.outputs.progress import Progress
+    from pmc.outputs.recordfiles import DagmanOut, JobstateLog, ResourceLog
+    from pmc.outputs.status import StatusFile
+    from pmc.outputs.tally import Tally
+
+    monkeypatch.setattr(logsetup, "_output", None)
+    dag = tmp_path / "w.dag"
+    opts = RunOptions(dag=str(dag), jobstate_log=True, monitord_hack=True,
+                      log_format="json", log_file=str(tmp_path / "w.log"),
+                      metrics_textfile=str(tmp_path / "m.prom"), progress_interval=60.0)
+    made = assemble.outputs(opts)
+    assert [type(o) for o in made.observers] == [
+        JobstateLog, DagmanOut, ResourceLog, Tally, EventLog, StatusFile, MetricsExport,
+        Progress]
+    assert made.progress is made.observers[-1]
+    for obs in made.observers:
+        obs.close()
+    assert list(tmp_path.iterdir()) == []
+
+    made = assemble.outputs(opts)
+    info = RunInfo(dag_path=str(dag), tasks=0, recovered=0, workers=1, slots=1, cpus=1,
+                   hosts=[], start=0.0, mode="local")
+    for obs in made.observers:
+        obs.started(info)
+    for obs in made.observers:
+        obs.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "jobstate.log", "w.dag.dagman.out", "w.dag.resource", "w.dag.status.json", "w.log"]
+    assert json.loads((tmp_path / "w.dag.status.json").read_text())["state"] == "aborted"
+
+
+def test_a_metrics_port_in_use_stops_the_run_before_it_starts(tmp_path: Path) -> None:
+    import socket
+
+    from pmc.errors import FatalError
+    from pmc.outputs import assemble
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        opts = RunOptions(dag=str(tmp_path / "w.dag"), metrics_port=port,
+                          metrics_bind="127.0.0.1")
+        with pytest.raises(FatalError, match="Cannot serve metrics"):
+            assemble.outputs(opts)
+    assert list(tmp_path.iterdir()) == []

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from pmc.commands.textout import write_out
 from pmc.core.protocol import describe
 from pmc.errors import ExitCode
 
@@ -356,20 +356,3 @@ def main(path: str, plot: str | None = None, bin_width: float | None = None,
             return ExitCode.USAGE
         write_out(out, f"Plot written to {plot}\n")
     return ExitCode.OK
-
-
-def write_out(out: TextIO, text: str) -> bool:
-    """Write and flush; False when the reader has gone (``pmc report log | head``), which
-    is not an error: further output is dropped instead of raising at exit."""
-    try:
-        out.write(text)
-        out.flush()
-    except BrokenPipeError:
-        try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, out.fileno())
-            os.close(devnull)
-        except (OSError, ValueError):
-            pass
-        return False
-    return True

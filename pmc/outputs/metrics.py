@@ -1,7 +1,7 @@
 """Prometheus metrics: every metric name pmc exports is defined here, and its exporters.
 
-The numbers come from ``pmc.outputs.observe.Tally`` (the counting observer) and are turned into
-metric families only when someone collects them — a scrape, a textfile write, a push —
+The numbers come from ``pmc.outputs.tally.Tally`` (the counting observer) and are turned
+into metric families only when someone collects them — a scrape, a textfile write, a push —
 so the master's loop pays nothing per task beyond the tally's attribute updates. The
 registry is private (never prometheus_client's global one).
 
@@ -44,9 +44,10 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 
 from pmc import log
-from pmc.core.events import Observer, Summary
+from pmc.core.events import Observer, RunInfo, Summary
+from pmc.errors import FatalError
 from pmc.options import RunOptions
-from pmc.outputs.observe import DURATION_BUCKETS, Tally
+from pmc.outputs.tally import DURATION_BUCKETS, Tally
 
 OUTCOMES = ("succeeded", "failed", "retry", "stopped")
 TEXTFILE_EVERY = 5.0  # seconds
@@ -261,9 +262,13 @@ class MetricsExport(Observer):
         self.url = ""
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
+        # The endpoint now, so that a port that cannot be had stops the run before it
+        # begins; the textfile and pushes once it has started (``started``).
         if opts.metrics_port is not None:
             self._serve(opts.metrics_bind, opts.metrics_port)
-        if self.textfile or self.gateway:
+
+    def started(self, info: RunInfo) -> None:
+        if (self.textfile or self.gateway) and self.thread is None:
             self.thread = threading.Thread(target=self._periodic, name="pmc-metrics",
                                            daemon=True)
             self.thread.start()
@@ -271,8 +276,6 @@ class MetricsExport(Observer):
     # -- HTTP --------------------------------------------------------------------------
 
     def _serve(self, bind: str, port: int) -> None:
-        from pmc.errors import FatalError
-
         inner = make_wsgi_app(self.registry)
 
         def app(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:

@@ -24,7 +24,7 @@ import time
 from pmc import log
 from pmc.core.events import Observer, RunInfo, Summary
 from pmc.options import RunOptions
-from pmc.outputs.observe import Tally
+from pmc.outputs.tally import Tally
 
 LIVE_EVERY = 0.5  # seconds between redraws of the live line
 
@@ -45,13 +45,14 @@ def text(t: Tally, now: float | None = None) -> str:
     if left == 0:
         parts.append("ETA 00:00")
     elif rate > 0:
-        parts.append(f"ETA {_clock(left / rate)}")
+        parts.append(f"ETA {clock(left / rate)}")
     else:
         parts.append("ETA --:--")
     return ", ".join(parts)
 
 
-def _clock(seconds: float) -> str:
+def clock(seconds: float) -> str:
+    """``MM:SS``, or ``H:MM:SS`` from an hour: an ETA."""
     s = round(seconds)
     h, rem = divmod(s, 3600)
     m, sec = divmod(rem, 60)

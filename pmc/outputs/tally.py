@@ -1,0 +1,159 @@
+"""The run's tally: the one observer that counts, read by whatever reports counts.
+
+A few attribute updates per event (and one bisect for the duration histogram), so the
+master's hot loop pays for counting once however many outputs are on. Read by the
+Prometheus collector (``pmc.outputs.metrics``), the status snapshot
+(``pmc.outputs.status``) and the progress line (``pmc.outputs.progress``); it imports none
+of them.
+"""
+
+from __future__ import annotations
+
+import time
+from bisect import bisect_left
+
+from pmc.core.events import Observer, RunInfo, Summary
+from pmc.core.protocol import TaskResult
+from pmc.core.resources import Host
+from pmc.dag import Task
+
+# Upper bounds (seconds) of the task duration histogram: milliseconds to hours.
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+                    60.0, 300.0, 900.0, 3600.0, 14400.0)
+
+
+class Tally(Observer):
+    """The run's counts so far, for metrics and the status snapshot.
+
+    Per event only attribute updates (and one bisect for the histogram): no formatting,
+    no locks. Readers on other threads (the metrics endpoint) see plain ints and floats,
+    each consistent on its own, which is all a scrape needs."""
+
+    def __init__(self, dag: str, site: str = "") -> None:
+        self.dag = dag
+        self.site = site
+        self.info: RunInfo | None = None
+        self.summary: Summary | None = None
+        self.start = time.time()
+        self.ready_events = 0
+        self.dispatched_n = 0
+        self.held_n = 0
+        self.succeeded = 0
+        self.failed = 0
+        self.retried = 0
+        self.stopped = 0
+        self.lost = 0
+        # Started by a worker and not ended: never more than the slots.
+        self.running: dict[int, tuple[Task, int, str]] = {}  # id -> (task, rank, host)
+        # Dispatched, not started yet (in flight to the worker, or promoted in the place of
+        # a task that ended, the worker's word on its start to come).
+        self.sent: dict[int, tuple[Task, int, str]] = {}
+        self.prefetched = 0  # queued on workers behind running tasks
+        self.cpus_busy = 0
+        self.memory_busy = 0
+        self.runtime = 0.0
+        self.cpu_time = 0.0
+        self.forwarded = 0
+        self.buckets = [0] * (len(DURATION_BUCKETS) + 1)  # last: above the top bound
+        self.host_runtime: dict[str, float] = {}
+        self.host_slots: dict[str, int] = {}
+        self.failed_names: list[str] = []  # permanently failed, in order
+
+    # -- hooks -----------------------------------------------------------------------------
+
+    def started(self, info: RunInfo) -> None:
+        self.info = info
+        self.start = info.start
+
+    def host_changed(self, host: Host) -> None:
+        if host.name not in self.host_slots:
+            self.host_slots[host.name] = sum(w.slots for w in host.workers)
+
+    def ready(self, task: Task, seq: int) -> None:
+        self.ready_events += 1
+        lost = self.running.pop(task.id, None)
+        if lost is not None:
+            # Ready again without a result: its worker was lost and it will run again.
+            self.lost += 1
+            self.cpus_busy -= task.cpus
+            self.memory_busy -= task.memory
+        elif self.sent.pop(task.id, None) is not None:
+            self.lost += 1
+
+    def dispatched(self, task: Task, seq: int, attempt: int, rank: int, host: str) -> None:
+        self.dispatched_n += 1
+        self.sent[task.id] = (task, rank, host)
+
+    def task_started(self, task: Task, seq: int, attempt: int, rank: int, host: str,
+                     start: float) -> None:
+        self.sent.pop(task.id, None)
+        self.running[task.id] = (task, rank, host)
+        self.cpus_busy += task.cpus
+        self.memory_busy += task.memory
+
+    def ended(self, task: Task, seq: int, res: TaskResult, error: str | None) -> None:
+        d = res.duration
+        entry = self.running.pop(task.id, None)
+        if entry is not None:
+            self.cpus_busy -= task.cpus
+            self.memory_busy -= task.memory
+            host = entry[2]
+            self.host_runtime[host] = self.host_runtime.get(host, 0.0) + d
+        self.runtime += d
+        self.cpu_time += res.cpu_time
+        self.buckets[bisect_left(DURATION_BUCKETS, d)] += 1
+
+    def queue_changed(self, queued: int) -> None:
+        self.prefetched = queued
+
+    def result(self, task: Task, seq: int, res: TaskResult, outcome: str) -> None:
+        if outcome == "succeeded":
+            self.succeeded += 1
+            if res.forwards:
+                self.forwarded += sum(len(data) for _dest, data in res.forwards)
+        elif outcome == "retry":
+            self.retried += 1
+        elif outcome == "failed":
+            self.failed += 1
+            self.failed_names.append(task.name)
+        else:
+            self.stopped += 1
+
+    def held(self, task: Task, reason: str) -> None:
+        self.held_n += 1
+
+    def finished(self, summary: Summary) -> None:
+        self.summary = summary
+        self.running.clear()
+        self.sent.clear()
+        self.prefetched = 0
+        self.cpus_busy = self.memory_busy = 0
+
+    # -- derived figures -------------------------------------------------------------------
+
+    @property
+    def queued(self) -> int:
+        """Tasks on workers not started yet: prefetched behind running ones, or sent."""
+        return len(self.sent) + self.prefetched
+
+    @property
+    def ready_now(self) -> int:
+        return max(0, self.ready_events - self.dispatched_n - self.held_n)
+
+    @property
+    def slots(self) -> int:
+        return self.info.slots if self.info is not None else 0
+
+    def wall(self) -> float:
+        if self.summary is not None:
+            return self.summary.wall
+        if self.info is None:
+            return 0.0
+        return max(0.0, time.time() - self.info.start)
+
+    def utilization(self) -> float:
+        """Summed task runtime / (wall x slots): the end-of-run figure, so far."""
+        wall = self.wall()
+        if wall <= 0 or self.slots <= 0:
+            return 0.0
+        return self.runtime / (wall * self.slots)
