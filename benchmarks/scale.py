@@ -133,7 +133,6 @@ def helper_mb(dag_path: str) -> float:
 def measure(dag_path: str, workers: int, slots: int) -> dict[str, float]:
     """In this process: parse, then a whole run of the master. Figures as a dict."""
     from pmc import log
-    from pmc.commands.run import _record_observers
     from pmc.dag import parse_dag
     from pmc.options import RunOptions
     from pmc.runtime.master import Master
@@ -150,11 +149,11 @@ def measure(dag_path: str, workers: int, slots: int) -> dict[str, float]:
     parse_rss = peak_mb()
     opts = RunOptions(dag=dag_path, skip_rescue=True, nolock=True, mode="local",
                       worker_slots=slots, host_cpus=workers * slots)
-    from pmc.outputs import observe
+    from pmc.outputs import assemble
 
     transport = InstantTransport(workers, slots, workers * slots)
     master = Master(transport, opts, dag, set(), [], "local",
-                    open_outputs=lambda: _record_observers(opts) + observe.observers(opts))
+                    open_outputs=lambda: assemble.outputs(opts).observers)
     init_rss = peak_mb()
     gc.collect()
     c0 = time.process_time()
