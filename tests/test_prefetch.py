@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pmctest import pmc, pmc_mpi, write_dag
+from pmctest import pmc, pmc_mpi, rescue_done, write_dag
 
 from pmc.core import protocol
 from pmc.core.events import Observer
@@ -149,9 +149,10 @@ def run_sim(tmp_path: Path, dag_text: str, sim: SimWorkers,
     dag_path = write_dag(tmp_path / "sim.dag", dag_text)
     watch = Watch()
     master = Master(sim, RunOptions(dag=str(dag_path), nolock=True, **opts),
-                    parse_dag(str(dag_path)), set(), [watch], "local")
+                    parse_dag(str(dag_path)), set(), watch, "local")
     try:
-        summary = master.run()
+        master.start()
+        summary = master.loop()
         master.shutdown_workers()
     finally:
         master.close()
@@ -252,6 +253,32 @@ def test_lost_worker_gives_its_queued_tasks_to_the_others(tmp_path: Path) -> Non
         assert len(ranks) == 1 and ranks[0] != 1, "it ran once, elsewhere"
 
 
+class FailingWorkers(SimWorkers):
+    """A worker whose loop dies says why (WORKER_FAILED) before its link breaks."""
+
+    def poll(self, timeout: float | None) -> list[tuple[int, protocol.Message]]:
+        dying = [r for r, step in self.lose.items() if step == self.step + 1]
+        out = super().poll(timeout)
+        return out + [(r, (protocol.WORKER_FAILED, "simhost",
+                           "Traceback (most recent call last):\n  ...\nOSError: boom\n"))
+                      for r in dying]
+
+
+def test_a_failed_worker_is_lost_and_its_tasks_run_elsewhere(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    sim = FailingWorkers(3, {"s0": 5}, lose={1: 3})
+    master, watch, summary = run_sim(tmp_path, tasks(30), sim)
+    assert summary.ok and summary.succeeded == 30
+    assert watch.matches(sim)
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert errors[:2] == ["Worker 1 on simhost failed: OSError: boom",
+                          "Worker 1 was lost; 1 task(s) it was running will run again "
+                          "elsewhere"]
+    # Its slots went with it; every cpu of the host is free again.
+    host = master.resources.hosts["sim"]
+    assert host.free_cpus == host.cpus and host.free_slots == 2
+
+
 def test_max_failures_turns_prefetching_off(tmp_path: Path) -> None:
     text = "TASK bad /bin/false\n" + tasks(10)
     sim = SimWorkers(1, {})
@@ -281,8 +308,7 @@ def test_short_tasks_never_wait_for_a_long_one(mode: str, tmp_path: Path) -> Non
     args = ["run", dag.name, "--per-task-stdio"]
     r = pmc([*args, "--workers", "2"], tmp_path) if mode == "local" else pmc_mpi(3, args, tmp_path)
     assert r.returncode == 0, r.stderr
-    done = [line[5:] for line in (tmp_path / "mix.dag.rescue").read_text().split("\n")
-            if line.startswith("DONE ")]
+    done = rescue_done(tmp_path / "mix.dag.rescue", in_order=True)
     assert sorted(done) == sorted(["long", *(f"s{i}" for i in range(30))])
     assert done[-1] == "long"
     # A task taken back was not a try: every task has exactly one output file, try 0.

@@ -11,9 +11,10 @@ import sys
 import time
 from pathlib import Path
 
+from fakes import InstantWorkers
 from pmctest import clean_env, pmc, pmc_mpi, write_dag
 
-from pmc.core import protocol
+from pmc.core.events import Observer
 from pmc.dag import parse_dag
 from pmc.options import RunOptions
 from pmc.runtime.master import Master
@@ -96,7 +97,7 @@ def test_everything_stays_in_the_jobs_session(tmp_path: Path) -> None:
             time.sleep(0.05)
         assert len(tasks) == 2, (tmp_path / "run.out").read_text()
         workers = [p for p in tree if "pmc.runtime.worker" in _cmdline(p)]
-        guards = [p for p in tree if " -I -S -c " in _cmdline(p)]
+        guards = [p for p in tree if "pmc/runtime/guard.py" in _cmdline(p)]
         service = [int(p) for p in os.listdir("/proc") if p.isdigit()
                    and tag in _cmdline(int(p))]
         assert len(workers) == 2 and len(guards) == 2 and len(service) == 1, tree
@@ -172,39 +173,11 @@ def test_nested_pmc_in_a_task_of_an_mpi_run(tmp_path: Path) -> None:
     assert env["PMC_RANK"] in ("1", "2") and env["PMC_TASK"] == "env"
 
 
-class _Registrations:
-    """A transport whose workers register in the order given (ranks, hostnames)."""
-
-    rank = 0
-
-    def __init__(self, hellos: list[tuple[int, str]]) -> None:
-        self.size = len(hellos) + 1
-        self.hellos = hellos
-
-    def send(self, dest: int, msg: protocol.Message) -> None:
-        pass
-
-    def poll(self, timeout: float | None) -> list[tuple[int, protocol.Message]]:
-        out = [(rank, (protocol.HELLO, protocol.VERSION, host, 4, 1000, 1, 100 + rank, {}))
-               for rank, host in self.hellos]
-        self.hellos = []
-        return out
-
-    def fileno(self) -> int | None:
-        return None
-
-    def lost(self) -> list[int]:
-        return []
-
-    def close(self) -> None:
-        pass
-
-
 def test_host_ranks_follow_rank_order_not_registration_order(tmp_path: Path) -> None:
     dag = write_dag(tmp_path / "w.dag", "TASK A /bin/true\n")
-    transport = _Registrations([(4, "h1"), (2, "h2"), (3, "h1"), (1, "h1"), (5, "h2")])
+    transport = InstantWorkers([(4, "h1"), (2, "h2"), (3, "h1"), (1, "h1"), (5, "h2")])
     master = Master(transport, RunOptions(dag=str(dag), nolock=True), parse_dag(str(dag)),
-                    set(), [], "local")
+                    set(), Observer(), "local")
     try:
         master.gather_workers()
     finally:

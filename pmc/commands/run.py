@@ -1,5 +1,9 @@
 """Running a workflow: pick the mode, read and lock the DAG, wire master, workers, outputs.
 
+The composition root: the run's observers are built here, before the master exists, and
+told here that the run started (once the master's hand-shake with its workers is done:
+no output file is created for a run that cannot start), finished, and is over.
+
 MPI mode when the process was started by an MPI launcher (decided from the launcher's
 environment before mpi4py is imported, since importing it initialises MPI); otherwise the
 embedded mode with worker processes on this machine. Both run the same master and worker.
@@ -16,15 +20,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from pmc import log
-from pmc.core.events import Observer, Summary
+from pmc.core.events import Fanout, Observer, Summary
 from pmc.core.rescue import RescueError, read_rescue
 from pmc.dag import DAG, DagError, parse_dag
 from pmc.errors import ExitCode, FatalError, Interrupted
 from pmc.options import RunOptions
-from pmc.outputs import observe
-from pmc.outputs.progress import Progress, progress_observer
-from pmc.outputs.recordfiles import DagmanOut, JobstateLog, ResourceLog
-from pmc.runtime.master import Master, write_summary
+from pmc.outputs import assemble, observe
+from pmc.outputs.progress import Progress
+from pmc.runtime.master import Master
+from pmc.runtime.summary import write_summary
 from pmc.transport import Transport
 
 _MPI_ENV = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "ALPS_APP_PE",
@@ -130,10 +134,13 @@ def _run_master(opts: RunOptions, observers: list[Observer], make_transport: Any
         try:
             _check_rescue_dir(opts.rescue_path)
             sink.open()
+            outputs = assemble.outputs(opts)  # opens nothing (but a metrics endpoint)
         except FatalError as e:
             log.fatal(str(e))
             return ExitCode.FAILED
-        return _run_with_transport(opts, dag, done, observers, make_transport(), mode, sink)
+        out = Fanout([*observers, *outputs.observers])
+        return _run_with_transport(opts, dag, done, out, outputs.progress, make_transport(),
+                                   mode, sink)
     finally:
         sink.close()
         if lock_fd >= 0:
@@ -141,21 +148,10 @@ def _run_master(opts: RunOptions, observers: list[Observer], make_transport: Any
             os.close(lock_fd)
 
 
-def _run_with_transport(opts: RunOptions, dag: DAG, done: set[int],
-                        observers: list[Observer], transport: Transport, mode: str,
+def _run_with_transport(opts: RunOptions, dag: DAG, done: set[int], out: Observer,
+                        progress: Progress | None, transport: Transport, mode: str,
                         sink: TaskOutput) -> int:
-    all_observers = list(observers)
-    progress: list[Progress] = []
-
-    def outputs() -> list[Observer]:
-        out = _record_observers(opts) + observe.observers(opts)
-        p = progress_observer(opts, out)
-        if p is not None:
-            progress.append(p)
-            out.append(p)
-        return out
-
-    master = Master(transport, opts, dag, done, all_observers, mode, open_outputs=outputs)
+    master = Master(transport, opts, dag, done, out, mode)
     log.info(f"Setting max cached files = {master.forward.maxfds}")
     log.info(f"Master starting with {transport.size - 1} workers")
     if opts.max_wall_time is not None:
@@ -171,11 +167,16 @@ def _run_with_transport(opts: RunOptions, dag: DAG, done: set[int],
     try:
         try:
             try:
-                summary = master.run()
+                info = master.start()
+                try:
+                    out.started(info)  # the output files open now
+                except OSError as e:
+                    raise FatalError(f"Cannot open output file: {e}") from e
+                summary = master.loop()
             finally:
                 # The live line ends with the loop: the end-of-run lines come after it.
-                for p in progress:
-                    p.stop()
+                if progress is not None:
+                    progress.stop()
         except Interrupted:
             log.error("Aborting workflow")
             interrupted = True
@@ -208,12 +209,10 @@ def _run_with_transport(opts: RunOptions, dag: DAG, done: set[int],
         # about those when the run stopped before it began.
         merged = sink.merge(transport.size, warn_missing=summary is not None)
     if summary is None:
-        for obs in all_observers:
-            obs.close()
+        out.close()
         return ExitCode.INCOMPLETE if interrupted else ExitCode.FAILED
-    for obs in all_observers:
-        obs.finished(summary)
-        obs.close()
+    out.finished(summary)
+    out.close()
     if summary.outcome == "succeeded":
         if not merged:
             log.error("Workflow succeeded, but its tasks' output could not be merged")
@@ -249,17 +248,6 @@ def _end_of_run_lines(master: Master, summary: Summary) -> None:
     throughput = summary.succeeded / makespan if makespan > 0 else 0.0
     log.info(f"Throughput: {throughput:f} tasks/second")
     log.info(f"File descriptor cache hit rate: {master.forward.hitrate():f}")
-
-
-def _record_observers(opts: RunOptions) -> list[Observer]:
-    out: list[Observer] = []
-    if opts.jobstate_log:
-        out.append(JobstateLog(opts.dag))
-    if opts.monitord_hack:
-        out.append(DagmanOut(opts.dag))
-    if not opts.no_resource_log:
-        out.append(ResourceLog(opts.dag))
-    return out
 
 
 def _lock(path: str) -> int:

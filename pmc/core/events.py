@@ -208,6 +208,14 @@ def _bind(observers: Sequence[Observer], hook: str) -> Callable[..., None]:
         return _noop
     if len(methods) == 1:
         return methods[0]  # type: ignore[no-any-return]
+    if len(methods) == 2:  # the usual case of a per-task hook (a record file, the tally)
+        first, second = methods
+
+        def both(*args: Any) -> None:
+            first(*args)
+            second(*args)
+
+        return both
 
     def each(*args: Any) -> None:
         for method in methods:

@@ -1,0 +1,160 @@
+"""The master's hand-shake with its workers, before any task runs.
+
+CONFIG to every worker and a HELLO back from each (protocol version, host, cpus, memory,
+slots, how it measures tasks), host ranks in rank order, the check that every task fits
+some host, then START, with the host script run by the first worker of each host. Also
+how a worker's WORKER_FAILED is told, here or later in the run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from pmc import log
+from pmc.core import protocol
+from pmc.core.engine import State
+from pmc.core.protocol import WorkerConfig
+from pmc.core.resources import Resources
+from pmc.dag import DAG
+from pmc.errors import FatalError, Interrupted
+from pmc.options import RunOptions
+from pmc.transport import Transport, TransportError
+
+HELLO_TIMEOUT = 120.0
+SIGNAL_CHECK = 0.25  # longest wait before noticing a signal
+
+# Asked between waits: the reason the run is being stopped (a signal), or None.
+StopCheck = Callable[[], str | None]
+
+
+def worker_config(o: RunOptions, out_template: str, err_template: str) -> WorkerConfig:
+    return WorkerConfig(
+        dag_path=o.dag,
+        out_path="" if o.per_task_stdio else out_template,
+        err_path="" if o.per_task_stdio else err_template,
+        per_task_stdio=o.per_task_stdio,
+        host_cpus=o.host_cpus,
+        host_memory=o.host_memory,
+        slots=o.worker_slots,
+        strict_limits=o.strict_limits,
+        keep_affinity=o.keep_affinity,
+        set_affinity=o.set_affinity,
+        host_script=o.host_script,
+        host_script_timeout=o.host_script_timeout,
+        sleep_on_recv=not o.no_sleep_on_recv,
+        log_level=log.level(),
+        log_format=o.log_format,
+    )
+
+
+def gather_workers(t: Transport, ranks: set[int], resources: Resources,
+                   stopped: StopCheck) -> tuple[set[str], set[str]]:
+    """Wait for every rank's HELLO (after the CONFIG the caller sent) and add the workers
+    to ``resources``. Returns the workers' accounting methods and how they enforce
+    --strict-limits memory."""
+    accounting: set[str] = set()
+    memory_limits: set[str] = set()
+    waiting = set(ranks)
+    deadline = time.monotonic() + HELLO_TIMEOUT
+    while waiting:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise FatalError(f"Workers {sorted(waiting)} did not report within "
+                             f"{HELLO_TIMEOUT:.0f} s")
+        for rank, msg in t.poll(min(left, SIGNAL_CHECK)):
+            if msg[0] == protocol.HELLO:
+                if msg[1] != protocol.VERSION:
+                    raise FatalError(f"Worker {rank} speaks protocol {msg[1]}, "
+                                     f"the master {protocol.VERSION}")
+                _, _, hostname, cpus, memory, slots, pid, sockets = msg[:8]
+                # A worker that does not say how it measures: unknown.
+                method, limits, why = msg[8:11] if len(msg) >= 11 else (
+                    "unknown", "rlimit", "")
+                accounting.add(method)
+                memory_limits.add(limits)
+                if why:
+                    log.debug(f"Worker {rank}: task accounting through {method}: {why}")
+                resources.add_worker(rank, hostname, cpus, memory, slots, pid, sockets)
+                waiting.discard(rank)
+            elif msg[0] == protocol.ERROR:
+                raise FatalError(str(msg[1]))
+            elif msg[0] == protocol.WORKER_FAILED:
+                raise FatalError(log_failure(rank, msg[1], msg[2], quiet=True))
+        for rank in t.lost():
+            raise FatalError(f"Worker {rank} exited before it reported")
+        reason = stopped()
+        if reason:
+            raise Interrupted(reason)
+    # Host ranks in rank order on each host (the lowest rank is 0), as the reference
+    # gives them, whatever order the workers registered in.
+    for host in resources.hosts.values():
+        host.workers.sort(key=lambda w: w.rank)
+        for i, w in enumerate(host.workers):
+            w.host_rank = i
+    if log.enabled(log.DEBUG):
+        for host in resources.hosts.values():
+            log.debug(f"Got new host: name={host.name}, mem={host.memory}, "
+                      f"threads/cpus={host.cpus}")
+        workers = sorted(resources.workers.values(), key=lambda w: w.rank)
+        for w in workers:
+            log.debug(f"Slot {w.rank} on host {w.host.name}")
+        for w in workers:
+            log.debug(f"Host rank of worker {w.rank} is {w.host_rank}")
+    return accounting, memory_limits
+
+
+def check_capable(dag: DAG, state: bytearray, resources: Resources) -> None:
+    """Abort before anything runs if some task not done yet can never fit on any host."""
+    seen: set[tuple[int, int]] = set()
+    done = int(State.DONE)
+    for task in dag.tasks:
+        cls = (task.cpus, task.memory)
+        if cls in seen or state[task.id] == done:
+            continue
+        seen.add(cls)
+        if not resources.can_ever_run(*cls):
+            raise FatalError(f"FATAL ERROR: No host is capable of running task {task.name}")
+
+
+def start_hosts(t: Transport, resources: Resources, host_script: bool,
+                wall_left: float | None, lost: Callable[[int], None],
+                stopped: StopCheck) -> None:
+    """START every worker; the first worker on each host runs the host script (if any),
+    and the run goes on once every script has succeeded."""
+    scripts: set[int] = set()
+    for host in resources.hosts.values():
+        for w in host.workers:
+            run_script = host_script and w.host_rank == 0
+            if run_script:
+                scripts.add(w.rank)
+            try:
+                t.send(w.rank, (protocol.START, w.host_rank, run_script, wall_left))
+            except TransportError:
+                lost(w.rank)
+    failures: list[str] = []
+    while scripts:
+        for rank, msg in t.poll(SIGNAL_CHECK):
+            if msg[0] == protocol.HOST_SCRIPT:
+                scripts.discard(rank)
+                if not msg[1]:
+                    failures.append(msg[2])
+        for rank in t.lost():
+            scripts.discard(rank)
+            failures.append(f"Worker {rank} was lost while running the host script")
+        reason = stopped()
+        if reason:
+            raise Interrupted(reason)
+    if failures:
+        raise FatalError("; ".join(failures))
+
+
+def log_failure(rank: int, host: str, trace: str, quiet: bool = False) -> str:
+    """A worker's WORKER_FAILED: the whole traceback at debug level, its last line (the
+    exception) at error level unless ``quiet`` (the caller says it). Returns that line."""
+    lines = str(trace).strip().splitlines()
+    line = f"Worker {rank} on {host} failed: {lines[-1] if lines else 'unknown error'}"
+    if not quiet:
+        log.error(line)
+    log.debug(f"Worker {rank} on {host} failed:\n{trace}")
+    return line
