@@ -1,5 +1,5 @@
-"""Helpers for the tests: run pmc as a real process, write DAGs, find the pip MPI's
-mpiexec. (Fixtures are in conftest.py; ``tests/`` is on pytest's pythonpath.)"""
+"""Helpers for the tests: run pmc as a real process, write DAGs, read a rescue log, find
+the pip MPI's mpiexec. (Fixtures are in conftest.py; ``tests/`` is on pytest's pythonpath.)"""
 
 from __future__ import annotations
 
@@ -60,6 +60,24 @@ def pmc_mpi(n: int, args: Sequence[str], cwd: Path, *, timeout: float = 180,
 def write_dag(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
+
+
+def rescue_done(path: Path, *, in_order: bool = False, missing_ok: bool = False) -> list[str]:
+    """The names of the tasks a rescue log records DONE, sorted (``in_order``: in the
+    log's order). Only lines of exactly ``DONE NAME`` count, so a torn last record such
+    as ``DON`` is none. A missing log raises FileNotFoundError unless ``missing_ok``."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        if missing_ok:
+            return []
+        raise
+    names = []
+    for line in data.split(b"\n"):
+        fields = line.split()
+        if len(fields) == 2 and fields[0] == b"DONE":
+            names.append(fields[1].decode())
+    return names if in_order else sorted(names)
 
 
 DIAMOND = """\

@@ -11,13 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-from pmctest import DIAMOND, clean_env, pmc, pmc_mpi, write_dag
+from pmctest import DIAMOND, clean_env, pmc, pmc_mpi, rescue_done, write_dag
 
 PY = sys.executable
-
-
-def rescue_done(path: Path) -> list[str]:
-    return sorted(line[5:] for line in path.read_text().split("\n") if line.startswith("DONE "))
 
 
 # -- I/O forwarding ---------------------------------------------------------------------

@@ -113,12 +113,6 @@ def python_pmc() -> list[str]:
     return [sys.executable, "-m", "pmc"]
 
 
-def rescue_done(path: Path) -> list[str]:
-    return sorted(
-        line.split()[1] for line in path.read_text().splitlines() if line.startswith("DONE ")
-    )
-
-
 def base_profile(scheduler: str, **extra: Any) -> dict[str, Any]:
     data: dict[str, Any] = {
         "site": f"fake-{scheduler}",

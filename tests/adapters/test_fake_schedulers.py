@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Fakes, base_profile, python_pmc, rescue_done
+from conftest import Fakes, base_profile, python_pmc
+from pmctest import rescue_done
 
 pytestmark = pytest.mark.mpi
 

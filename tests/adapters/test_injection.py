@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Fakes, base_profile, rescue_done
+from conftest import Fakes, base_profile
 from pmc.adapters import AdapterError, script_for
 from pmc.adapters.site import SiteError, parse_site
+from pmctest import rescue_done
 
 EVIL = "x$(touch PWNED1)`touch PWNED2`;touch PWNED3 'q' \"dq\" $HOME \\ && touch PWNED4 #"
 

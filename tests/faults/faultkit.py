@@ -177,20 +177,6 @@ def finish(proc: subprocess.Popen[bytes], timeout: float, what: str = "pmc") -> 
         raise AssertionError(f"{what} did not finish within {timeout:g} s: {shown}") from None
 
 
-def rescue_names(path: Path) -> list[str]:
-    """Names recorded DONE (complete records only; a torn tail is not a record)."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return []
-    out = []
-    for line in data.split(b"\n"):
-        fields = line.split()
-        if len(fields) == 2 and fields[0] == b"DONE":
-            out.append(fields[1].decode())
-    return out
-
-
 def new_marker() -> str:
     return f"pmcfault{uuid.uuid4().hex[:12]}"
 

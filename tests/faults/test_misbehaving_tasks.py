@@ -16,7 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from faultkit import PeakRss, finish, mpi_argv, pmc_argv, rescue_names, start
+from faultkit import PeakRss, finish, mpi_argv, pmc_argv, start
+from pmctest import rescue_done
 
 pytestmark = pytest.mark.faults
 
@@ -44,7 +45,7 @@ def test_lingering_children_and_closed_stdio_embedded(tmp_path: Path, marker: st
     peaks = sampler.stop()
     err = (tmp_path / "run.stderr").read_text()
     assert code == 0, err
-    assert len(rescue_names(tmp_path / "w.dag.rescue")) == 10
+    assert len(rescue_done(tmp_path / "w.dag.rescue")) == 10
     assert (tmp_path / "fwd.txt").read_text() == "forwarded\n"
     assert {"master", "worker 1", "worker 2"} <= set(peaks), peaks
     for role, kb in peaks.items():
@@ -79,7 +80,7 @@ def test_forwarding_over_the_limits_fails_cleanly(mode: str, tmp_path: Path) -> 
     assert "[error] Task bigfile: File big.dat is too large" in err
     assert "bigpipe" not in err, "pipe forwarding has no limit"
     assert "[error] Workflow failed\n" in err
-    assert sorted(rescue_names(tmp_path / "w.dag.rescue")) == [
+    assert sorted(rescue_done(tmp_path / "w.dag.rescue")) == [
         "bigpipe", "ok0", "ok1", "ok2", "ok3", "smallfile", "smallpipe"]
     assert (tmp_path / "bigpfwd.txt").read_bytes() == bytes(17_000_000)
     # Nothing of the failed tasks' data was forwarded; the small ones arrived whole.
@@ -101,7 +102,7 @@ def test_pipe_forwarding_has_no_limit_and_holds_little_memory(mode: str, tmp_pat
     code = finish(proc, 120, "a run forwarding 300 MB through a pipe")
     err = (tmp_path / "run.stderr").read_text()
     assert code == 0, err
-    assert sorted(rescue_names(tmp_path / "w.dag.rescue")) == ["big", "ok"]
+    assert sorted(rescue_done(tmp_path / "w.dag.rescue")) == ["big", "ok"]
     with open(tmp_path / "big.txt", "rb") as f:
         data = f.read()
     assert len(data) == size and data.count(0) == size

@@ -24,10 +24,10 @@ from faultkit import (
     mpi_argv,
     mpi_ranks,
     pmc_argv,
-    rescue_names,
     start,
     wait_for,
 )
+from pmctest import rescue_done
 
 pytestmark = pytest.mark.faults
 
@@ -73,7 +73,7 @@ def test_hostile_file_names(tmp_path: Path) -> None:
     r = subprocess.run(pmc_argv(["run", name, "--workers", "1"]), cwd=tmp_path,
                        env=clean_env(), capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    assert rescue_names(tmp_path / f"{name}.rescue") == ["A"]
+    assert rescue_done(tmp_path / f"{name}.rescue") == ["A"]
     assert not (tmp_path / "pwned").exists()
 
 

@@ -22,11 +22,11 @@ from faultkit import (
     mpi_argv,
     mpi_ranks,
     pmc_argv,
-    rescue_names,
     start,
     wait_for,
     wait_gone,
 )
+from pmctest import rescue_done
 
 pytestmark = pytest.mark.faults
 
@@ -90,7 +90,7 @@ def test_signal_stops_cleanly(mode: str, sig: signal.Signals, target: str, tmp_p
     assert f"Workflow aborted: received {sig.name}" in err
     assert "failed with exitcode" not in err, "tasks killed by the stop are not task failures"
     assert took < 15, f"took {took:.1f} s to exit"
-    assert sorted(rescue_names(tmp_path / "w.dag.rescue")) == ["q0", "q1", "q2", "q3"]
+    assert sorted(rescue_done(tmp_path / "w.dag.rescue")) == ["q0", "q1", "q2", "q3"]
     assert "later" not in ran(tmp_path), "no task starts after the signal"
     merged = (tmp_path / "tasks.out").read_text()
     for name in BLOCKING:

@@ -23,11 +23,11 @@ from faultkit import (
     mpi_argv,
     mpi_ranks,
     pmc_argv,
-    rescue_names,
     start,
     wait_for,
     wait_gone,
 )
+from pmctest import rescue_done
 
 pytestmark = pytest.mark.faults
 
@@ -78,7 +78,7 @@ def test_embedded_lost_worker_task_runs_elsewhere(tmp_path: Path, marker: str) -
     assert "failed with exitcode" not in err, "a lost worker is not a task failure"
     m = SUMMARY.search(out)
     assert m is not None and m.group(1) == "ok" and m.group(5) == "0", out
-    assert sorted(rescue_names(tmp_path / "w.dag.rescue")) == ["b0", "b1", "b2"]
+    assert sorted(rescue_done(tmp_path / "w.dag.rescue")) == ["b0", "b1", "b2"]
     ran = lines(tmp_path / "ran.log")
     assert sorted(set(ran)) == ["b0", "b1", "b2"]
     assert len(ran) == 4, "exactly the lost task ran twice"
@@ -105,12 +105,12 @@ def test_mpi_lost_worker_rank_ends_the_run(tmp_path: Path, marker: str) -> None:
         (tmp_path / "release").touch()
     data = (tmp_path / "w.dag.rescue").read_bytes()
     assert data.startswith(b"\n") and not data.endswith(b"\n"), "newline-first records"
-    assert sorted(rescue_names(tmp_path / "w.dag.rescue")) == ["q0", "q1", "q2", "q3"]
+    assert sorted(rescue_done(tmp_path / "w.dag.rescue")) == ["q0", "q1", "q2", "q3"]
     print(f"\n[worker-loss] mpi: job ended {ended:.2f} s after kill -9 of rank 1")
     # The rescue log is good for a restart that finishes the rest.
     again = start(mpi_argv(3, ["run", "w.dag"]), tmp_path, tmp_path / "again")
     assert finish(again, 60) == 0, (tmp_path / "again.stderr").read_text()
-    assert sorted(rescue_names(tmp_path / "w.dag.rescue")) == [
+    assert sorted(rescue_done(tmp_path / "w.dag.rescue")) == [
         "b0", "b1", "b2", "b3", "q0", "q1", "q2", "q3"]
     assert sorted(lines(tmp_path / "ran.log")).count("q0") == 1, "done tasks do not rerun"
 

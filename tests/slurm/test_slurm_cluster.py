@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pmctest import rescue_done
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
 
@@ -67,16 +68,12 @@ def wait_finished(cwd: Path, job_id: str, limit: float = 180) -> str:
         time.sleep(0.5)
 
 
-def done(rescue: Path) -> list[str]:
-    return sorted(ln.split()[1] for ln in rescue.read_text().splitlines() if ln.startswith("DONE"))
-
-
 def test_diamond_runs_through_slurm(tmp_path: Path) -> None:
     (tmp_path / "diamond.dag").write_text((REPO / "examples" / "diamond.dag").read_text())
     job_id = submit(tmp_path, "--site", str(PROFILE), "diamond.dag")
     status = wait_finished(tmp_path, job_id)
     assert status.startswith(f"{job_id} COMPLETED")
-    assert done(tmp_path / "diamond.dag.rescue") == ["A", "B", "C", "D"]
+    assert rescue_done(tmp_path / "diamond.dag.rescue") == ["A", "B", "C", "D"]
     out = (tmp_path / f"slurm-{job_id}.out").read_text()
     assert "I am D" in out and "pmc: run exited with status 0" in out
     # Three ranks under srun: one master, two workers.
@@ -92,11 +89,11 @@ def test_failed_task_then_resume_without_rerunning(tmp_path: Path) -> None:
     )
     first = submit(tmp_path, "--site", str(PROFILE), "flaky.dag")
     assert wait_finished(tmp_path, first).startswith(f"{first} FAILED")
-    assert done(tmp_path / "flaky.dag.rescue") == ["A"]
+    assert rescue_done(tmp_path / "flaky.dag.rescue") == ["A"]
     (tmp_path / "ok").write_text("")
     second = submit(tmp_path, "--site", str(PROFILE), "flaky.dag")
     assert wait_finished(tmp_path, second).startswith(f"{second} COMPLETED")
-    assert done(tmp_path / "flaky.dag.rescue") == ["A", "B", "C"]
+    assert rescue_done(tmp_path / "flaky.dag.rescue") == ["A", "B", "C"]
     assert (tmp_path / "ran.txt").read_text().split() == ["A", "B", "C"]
 
 
@@ -185,7 +182,7 @@ def check_chain(cwd: Path, names: list[str], first: str) -> None:
     assert links[0][0] == first
     assert [(s, o) for _, s, o in links[:-1]] == [("3", "continued")] * (len(links) - 1)
     assert links[-1][1:] == ("0", "succeeded"), links
-    assert done(cwd / "long.dag.rescue") == names
+    assert rescue_done(cwd / "long.dag.rescue") == names
     ran = (cwd / "ran.txt").read_text().split()
     assert sorted(ran) == names, "a finished task ran again"
     # Every link COMPLETED in Slurm (a link that handed over exits 0), and any link's id
