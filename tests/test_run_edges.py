@@ -101,10 +101,16 @@ def _stop_run(tmp_path: Path, signal_all: bool) -> None:
     try:
         _wait_file(tmp_path / "started.log", 2, proc)
         if signal_all:
-            # What scancel does: every process of the job, tasks included.
+            # What scancel does: every process of the job, tasks included. A task's
+            # group may be gone by the time it is signalled: its worker, signalled
+            # first, killed it.
+            task_groups = _task_groups(proc.pid)
             os.killpg(proc.pid, signal.SIGTERM)
-            for task_group in _task_groups(proc.pid):
-                os.killpg(task_group, signal.SIGTERM)
+            for task_group in task_groups:
+                try:
+                    os.killpg(task_group, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
         else:
             proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 3
