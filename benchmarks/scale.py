@@ -32,56 +32,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import deque
 from pathlib import Path
-from typing import Any
 
 from _common import PYTHON, children_cpu, machine, pmc_env, write_big
 
 HERE = Path(__file__).resolve().parent
-
-
-class InstantTransport:
-    """The master's end of a transport whose workers run every task in no time."""
-
-    rank = 0
-
-    def __init__(self, workers: int, slots: int, cpus: int) -> None:
-        self.size = workers + 1
-        self.slots = slots
-        self.cpus = cpus
-        self.inbox: deque[tuple[int, Any]] = deque()
-        self.now = time.time()
-
-    def send(self, dest: int, msg: Any) -> None:
-        from pmc.core import protocol
-        from pmc.core.protocol import TaskResult
-
-        tag = msg[0]
-        if tag == protocol.CONFIG:
-            self.inbox.append((dest, (protocol.HELLO, protocol.VERSION, "bench", self.cpus,
-                                      1 << 20, self.slots, 0, {})))
-        elif tag == protocol.TASKS:
-            now = self.now
-            self.inbox.append((dest, (protocol.RESULTS, [
-                TaskResult(s.id, s.attempt, 0, now, 0.001, 0.0, 0, None, None)
-                for s in msg[1]])))
-        elif tag == protocol.SHUTDOWN:
-            self.inbox.append((dest, (protocol.BYE, None)))
-
-    def poll(self, timeout: float | None) -> list[tuple[int, Any]]:
-        out = list(self.inbox)
-        self.inbox.clear()
-        return out
-
-    def fileno(self) -> int | None:
-        return None
-
-    def lost(self) -> list[int]:
-        return []
-
-    def close(self) -> None:
-        pass
 
 
 def write_with_options(path: Path, n: int, edges: int, pegasus: bool) -> None:
@@ -151,7 +106,11 @@ def measure(dag_path: str, workers: int, slots: int) -> dict[str, float]:
                       worker_slots=slots, host_cpus=workers * slots)
     from pmc.outputs import assemble
 
-    transport = InstantTransport(workers, slots, workers * slots)
+    sys.path.insert(0, str(HERE.parent / "tests"))  # the fakes the tests use too
+    from fakes import InstantWorkers
+
+    transport = InstantWorkers.on_one_host(workers, cpus=workers * slots, memory=1 << 20,
+                                           slots=slots)
     master = Master(transport, opts, dag, set(), [], "local",
                     open_outputs=lambda: assemble.outputs(opts).observers)
     init_rss = peak_mb()

@@ -1,0 +1,219 @@
+"""The transports (pmc.transport): the embedded one with real worker processes and
+socket pairs, the stream framing they share with the MPI transport's host sockets, and
+the MPI transport itself under ``mpiexec`` (through MPI only, and through host sockets).
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from pmctest import MPIEXEC, clean_env
+
+from pmc import log
+from pmc.core import protocol
+from pmc.core.protocol import WorkerConfig
+from pmc.transport import TransportError
+from pmc.transport.local import LocalMaster, LocalWorker
+from pmc.transport.stream import RECV, frame, unframe
+
+
+def _config(tmp: Path) -> WorkerConfig:
+    return WorkerConfig(
+        dag_path=str(tmp / "w.dag"), out_path=str(tmp / "out.{rank}"),
+        err_path=str(tmp / "err.{rank}"), per_task_stdio=False, host_cpus=3,
+        host_memory=1234, slots=1, strict_limits=False, keep_affinity=True,
+        set_affinity=False, host_script=None, host_script_timeout=60.0, sleep_on_recv=True,
+        log_level=log.WARN, log_format="text")
+
+
+def _gather(t: LocalMaster, tag: int, ranks: set[int], timeout: float = 60.0
+            ) -> dict[int, protocol.Message]:
+    got: dict[int, protocol.Message] = {}
+    deadline = time.monotonic() + timeout
+    while set(got) != ranks:
+        assert time.monotonic() < deadline, f"waiting for tag {tag} from {ranks - set(got)}"
+        for src, msg in t.poll(1.0):
+            if msg[0] == tag:
+                got[src] = msg
+    return got
+
+
+# -- stream framing ---------------------------------------------------------------------
+
+
+def test_unframe_keeps_partial_messages() -> None:
+    data = frame((1, "a")) + frame((2, b"x" * 100))
+    buf = bytearray(data[:-10])
+    out: list[protocol.Message] = []
+    unframe(buf, out)
+    assert out == [(1, "a")] and len(buf) == len(frame((2, b"x" * 100))) - 10
+    buf += data[-10:]
+    unframe(buf, out)
+    assert out == [(1, "a"), (2, b"x" * 100)] and not buf
+
+
+# -- the embedded transport -------------------------------------------------------------
+
+
+def test_local_worker_end_over_a_socket_pair() -> None:
+    mine, theirs = socket.socketpair()
+    worker = LocalWorker(theirs.detach(), 3, 5)
+    try:
+        assert worker.rank == 3 and worker.size == 5 and worker.lost() == []
+        assert worker.fileno() is not None
+        assert worker.poll(0) == [] and worker.poll(0.05) == []
+        big = b"y" * (RECV * 2 + 17)  # more than one read's buffer
+        # From another thread: the socket buffer holds less than the message.
+        sender = threading.Thread(target=mine.sendall, args=(
+            frame((protocol.TASKS, big)) + frame((protocol.SHUTDOWN,)),))
+        sender.start()
+        got: list[tuple[int, protocol.Message]] = []
+        deadline = time.monotonic() + 10
+        while len(got) < 2 and time.monotonic() < deadline:
+            got += worker.poll(1.0)
+        sender.join(10)
+        assert got == [(0, (protocol.TASKS, big)), (0, (protocol.SHUTDOWN,))]
+        worker.send(0, (protocol.BYE, None))
+        buf = bytearray(mine.recv(1 << 16))
+        out: list[protocol.Message] = []
+        unframe(buf, out)
+        assert out == [(protocol.BYE, None)]
+        mine.close()  # the master is gone
+        with pytest.raises(TransportError):
+            worker.poll(1.0)
+    finally:
+        worker.close()
+
+
+def test_local_master_with_real_workers(tmp_path: Path) -> None:
+    """CONFIG to each worker process, its HELLO back, SHUTDOWN, BYE: the start and end
+    of every embedded run, through the socket pairs."""
+    t = LocalMaster(2, env=clean_env())
+    try:
+        assert t.rank == 0 and t.size == 3 and t.fileno() is not None
+        for rank in (1, 2):
+            t.send(rank, (protocol.CONFIG, protocol.VERSION, _config(tmp_path)))
+        hellos = _gather(t, protocol.HELLO, {1, 2})
+        for msg in hellos.values():
+            assert msg[1] == protocol.VERSION and msg[3] == 3 and msg[4] == 1234
+        pids = {rank: msg[6] for rank, msg in hellos.items()}
+        assert pids == {rank: p.pid for rank, p in t.procs.items()}
+        for rank in (1, 2):
+            t.send(rank, (protocol.SHUTDOWN,))
+        _gather(t, protocol.BYE, {1, 2})
+    finally:
+        t.close()
+    assert all(p.returncode == 0 for p in t.procs.values())
+
+
+def test_local_master_reports_a_lost_worker(tmp_path: Path) -> None:
+    t = LocalMaster(2, env=clean_env())
+    try:
+        for rank in (1, 2):
+            t.send(rank, (protocol.CONFIG, protocol.VERSION, _config(tmp_path)))
+        _gather(t, protocol.HELLO, {1, 2})
+        t.procs[2].send_signal(signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        lost: list[int] = []
+        while not lost:
+            assert time.monotonic() < deadline, "the killed worker was not reported"
+            t.poll(0.5)
+            lost = t.lost()
+        assert lost == [2] and t.lost() == []
+        with pytest.raises(TransportError):
+            t.send(2, (protocol.SHUTDOWN,))
+        t.send(1, (protocol.SHUTDOWN,))
+        _gather(t, protocol.BYE, {1})
+    finally:
+        t.close()
+
+
+def test_a_worker_tells_the_master_why_it_failed(tmp_path: Path) -> None:
+    """Its loop dies of an unexpected exception: WORKER_FAILED with the traceback, then a
+    non-zero exit."""
+    t = LocalMaster(1, env=clean_env())
+    try:
+        # A task whose spec is not a TaskSpec: the worker's loop cannot handle it.
+        t.send(1, (protocol.CONFIG, protocol.VERSION, _config(tmp_path)))
+        _gather(t, protocol.HELLO, {1})
+        t.send(1, (protocol.START, 0, False, None))
+        t.send(1, (protocol.TASKS, ["not a task spec"]))
+        (msg,) = _gather(t, protocol.WORKER_FAILED, {1}).values()
+        _tag, host, text = msg
+        assert host == socket.gethostname()
+        assert text.startswith("Traceback (most recent call last):")
+        assert text.rstrip().splitlines()[-1].startswith("AttributeError:")
+        assert t.procs[1].wait(30) != 0
+    finally:
+        t.close()
+
+
+# -- MPI ----------------------------------------------------------------------------------
+
+_MPI_PROGRAM = r"""
+import sys
+from pmc.transport.mpi import MpiTransport
+
+sockets, sleep = sys.argv[1] == "1", sys.argv[2] == "1"
+t = MpiTransport(sleep_on_recv=sleep, host_sockets=sockets)
+big = b"z" * (3 << 20)
+
+def wait(n):
+    got = []
+    while len(got) < n:
+        got += t.poll(None)
+    return got
+
+if t.rank == 0:
+    for rank in range(1, t.size):
+        for i in range(3):
+            t.send(rank, ("ping", i))
+        t.send(rank, ("big", big))
+    got = wait(4 * (t.size - 1))
+    for rank in range(1, t.size):
+        mine = [m for src, m in got if src == rank]
+        assert mine[:3] == [("pong", i, rank) for i in range(3)], mine
+        assert mine[3][0] == "big" and mine[3][1] == len(big) and mine[3][2] in (0, 1), mine
+        print(f"rank {rank} direct={mine[3][2]}")
+    assert t.poll(0.05) == [] and t.lost() == []
+    for rank in range(1, t.size):
+        t.send(rank, ("bye",))
+    print("master ok")
+else:
+    for src, m in wait(4):
+        assert src == 0
+        if m[0] == "ping":
+            t.send(0, ("pong", m[1], t.rank))
+        else:
+            assert m == ("big", big)
+            t.send(0, ("big", len(m[1]), int(t.fileno() is not None)))
+    assert wait(1) == [(0, ("bye",))]
+t.close()
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize(("sockets", "sleep", "direct"), [
+    ("1", "1", 1),  # the workers share the master's host: a Unix socket each
+    ("0", "1", 0),  # every message through MPI, as between hosts
+    ("1", "0", 0),  # --no-sleep-on-recv: blocking receives, no host sockets
+])
+def test_mpi_transport(tmp_path: Path, sockets: str, sleep: str, direct: int) -> None:
+    if MPIEXEC is None:
+        pytest.skip("mpiexec not installed (pip install '.[mpi]')")
+    program = tmp_path / "prog.py"
+    program.write_text(_MPI_PROGRAM)
+    r = subprocess.run([MPIEXEC, "-n", "3", sys.executable, str(program), sockets, sleep],
+                       cwd=tmp_path, env=clean_env(), capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "master ok" in r.stdout
+    assert sorted(line for line in r.stdout.splitlines() if line.startswith("rank")) == [
+        f"rank {rank} direct={direct}" for rank in (1, 2)]
