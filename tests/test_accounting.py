@@ -1,4 +1,4 @@
-"""Per-task accounting (pmc.accounting): the task's own peak memory and cpu, its
+"""Per-task accounting (pmc.runtime.accounting): the task's own peak memory and cpu, its
 children's included; unknown rather than the worker's figure without cgroups;
 --strict-limits through the cgroup memory limit.
 
@@ -26,23 +26,23 @@ from typing import Any
 import pytest
 from pmctest import clean_env, pmc, write_dag
 
-from pmc import accounting
-from pmc.accounting import Accounting, Usage
+from pmc.runtime.accounting import Accounting, Usage, cgroupfs
 
 # What the host gives pmc, asked of a child process as a worker started from here would
 # be (on a v2 host the worker may only leave a group it is alone in): the method a run
 # gets and why, then why the v2 groups cannot be used ("" if they can).
 _PROBE = """
-from pmc import accounting
-acc = accounting.Accounting(1, False)
+from pmc.runtime.accounting import Accounting, cgroupfs
+from pmc.runtime.accounting.groups import V2Groups
+acc = Accounting(1, False)
 print(acc.method)
 print(acc.why)
 acc.close()
-v2 = accounting._V2Groups()
+v2 = V2Groups()
 try:
     v2.setup()
     print("" if v2.peak else "no memory.peak (kernel < 5.19): peaks are unknown")
-except accounting._Unavailable as e:
+except cgroupfs.Unavailable as e:
     print(e)
 except OSError as e:
     print(f"cannot create cgroup v2 groups: {e.strerror}")
@@ -165,13 +165,13 @@ def test_groups_of_a_killed_worker_are_removed(tmp_path: Path, method: str) -> N
             assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.05)
         worker = int(pid_file.read_text())
-        groups = accounting._own_groups()
+        groups = cgroupfs.own_groups()
         if method == "cgroup-v1":
-            root = accounting.CGROUP_ROOT
+            root = cgroupfs.CGROUP_ROOT
             dirs = [f"{root}/memory{groups['memory'].rstrip('/')}/pmc-{worker}",
                     f"{root}/cpuacct{groups['cpuacct'].rstrip('/')}/pmc-{worker}"]
         else:
-            dirs = [f"{accounting._v2_dir(groups[''])}/pmc-{worker}"]
+            dirs = [f"{cgroupfs.v2_dir(groups[''])}/pmc-{worker}"]
         assert all(os.path.isdir(d) for d in dirs)
         os.kill(worker, signal.SIGKILL)
         proc.wait(60)
@@ -199,7 +199,7 @@ V1_FILES = {"cgroup.procs": "", "memory.max_usage_in_bytes": "0",
 
 
 class FakeCgroups:
-    """The kernel's side of cgroupfs on a tree in tmp_path, as far as pmc.accounting sees
+    """The kernel's side of cgroupfs on a tree in tmp_path, as far as pmc.runtime.accounting sees
     it: mkdir fills a group with the files of its controllers; a write to cgroup.procs
     moves the process, refused into a (non-root) group that hands controllers down;
     cgroup.subtree_control follows the "no internal processes" rule; a write to
@@ -214,9 +214,9 @@ class FakeCgroups:
         self.peak = "resettable"  # or "read-only", "missing"
         self.writes: list[tuple[str, bytes]] = []
         self.own = self.v2
-        monkeypatch.setattr(accounting, "PROC_CGROUP", str(tmp_path / "proc-self-cgroup"))
-        monkeypatch.setattr(accounting, "MOUNTINFO", str(tmp_path / "proc-self-mountinfo"))
-        monkeypatch.setattr(accounting, "CGROUP_ROOT", str(self.v1))
+        monkeypatch.setattr(cgroupfs, "PROC_CGROUP", str(tmp_path / "proc-self-cgroup"))
+        monkeypatch.setattr(cgroupfs, "MOUNTINFO", str(tmp_path / "proc-self-mountinfo"))
+        monkeypatch.setattr(cgroupfs, "CGROUP_ROOT", str(self.v1))
         monkeypatch.setattr(os, "open", self._open)
         monkeypatch.setattr(os, "write", lambda fd, data: self._write(fd, data, _real_write))
         monkeypatch.setattr(os, "pwrite", lambda fd, data, offset: self._write(
@@ -581,5 +581,5 @@ def test_v2_group_dir_from_mountinfo(tmp_path: Path, monkeypatch: pytest.MonkeyP
     info = tmp_path / "mountinfo"
     info.write_text("32 31 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n"
                     f"41 31 0:38 {mount_root} /sys/fs/cgroup rw shared:9 - cgroup2 cgroup2 rw\n")
-    monkeypatch.setattr(accounting, "MOUNTINFO", str(info))
-    assert accounting._v2_dir(own) == expected
+    monkeypatch.setattr(cgroupfs, "MOUNTINFO", str(info))
+    assert cgroupfs.v2_dir(own) == expected

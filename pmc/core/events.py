@@ -33,7 +33,7 @@ class RunInfo:
     mode: str  # "mpi" or "local"
     site: str = ""
     max_wall_time: float | None = None  # seconds
-    # How the workers measure tasks (pmc.accounting: "cgroup-v1", "rusage"; several,
+    # How the workers measure tasks (pmc.runtime.accounting: "cgroup-v1", "rusage"; several,
     # comma-separated, if workers differ), and how --strict-limits enforces memory
     # ("cgroup", "rlimit"; "" without --strict-limits).
     accounting: str = ""

@@ -116,7 +116,7 @@ class TaskResult(NamedTuple):
     # Peak memory of the task (KiB): of its whole process tree with cgroup accounting,
     # else the largest RSS of one of its processes when it is known to be the task's own;
     # None when it cannot be told apart from what the worker passed on (see
-    # pmc.accounting).
+    # pmc.runtime.accounting).
     max_rss_kb: int | None
     error: str | None  # why the worker failed the task, if it did
     forwards: tuple[tuple[str, bytes], ...] | None  # (destination, data) to append

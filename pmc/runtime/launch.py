@@ -23,7 +23,6 @@ from collections.abc import Callable
 from typing import Any
 
 from pmc import log
-from pmc.accounting import Accounting, self_maxrss_kb
 from pmc.core import protocol
 from pmc.core.protocol import (
     FAILED_STATUS,
@@ -35,6 +34,7 @@ from pmc.core.protocol import (
 )
 from pmc.core.records import cluster_task_record
 from pmc.dag import split_command
+from pmc.runtime.accounting import Accounting, self_maxrss_kb
 from pmc.runtime.guard import Guard
 from pmc.runtime.hostinfo import close_on_exec_all
 from pmc.runtime.taskio import (
@@ -73,7 +73,7 @@ class Running:
         self.out_fd = -1
         self.err_fd = -1
         self.pipes: Pipes | None = None  # its -f forwards, if it has any
-        self.cgroup: Any = None  # its accounting slot (pmc.accounting), if any
+        self.cgroup: Any = None  # its accounting slot (pmc.runtime.accounting), if any
         self.rss_floor = 0  # the worker's RSS high-water mark when it was spawned
         self.err_path = ""  # where its stderr goes, and how long that file was then
         self.err_offset = 0
