@@ -252,16 +252,16 @@ OPTIONS: tuple[Option, ...] = (
     Option(("--site",), "site", argparse.SUPPRESS, metavar="NAME", env="PMC_SITE_NAME",
            extension=True, to_field=lambda v: v or ""),
     Option(("-v", "--verbose"), "verbose", "more logging (repeatable): DEBUG, TRACE",
-           kind="count", default=0, profile="logging.verbose", worker=True, field=""),
+           kind="count", default=0, profile="logging.verbose", field=""),
     Option(("-q", "--quiet"), "quiet", "less logging (repeatable): WARN, ERROR, FATAL",
-           kind="count", default=0, profile="logging.quiet", worker=True, field=""),
+           kind="count", default=0, profile="logging.quiet", field=""),
     Option(("-s", "--skip-rescue"), "skip_rescue",
            "ignore an existing rescue log (a new one is still written)",
            kind="flag", profile="pmc.skip_rescue"),
     Option(("-o", "--stdout"), "stdout", "file for task stdout", metavar="PATH",
-           profile="pmc.stdout", worker=True),
+           profile="pmc.stdout"),
     Option(("-e", "--stderr"), "stderr", "file for task stderr", metavar="PATH",
-           profile="pmc.stderr", worker=True),
+           profile="pmc.stderr"),
     Option(("-m", "--max-failures"), "max_failures",
            "stop starting new tasks after M tasks failed (0: unlimited)", metavar="M",
            type=_ref_nonneg_int, default=0, profile="pmc.max_failures"),
@@ -305,12 +305,12 @@ OPTIONS: tuple[Option, ...] = (
            kind="flag", profile="pmc.jobstate_log"),
     Option(("--monitord-hack",), "monitord_hack",
            "write DAG.dagman.out for monitord (implies --per-task-stdio)", kind="flag",
-           profile="pmc.monitord_hack", worker=True),
+           profile="pmc.monitord_hack"),
     Option(("--no-resource-log",), "no_resource_log", "no DAG.resource file", kind="flag",
            profile="pmc.no_resource_log"),
     Option(("--no-sleep-on-recv",), "no_sleep_on_recv",
            "blocking MPI receives instead of polling with sleep", kind="flag",
-           profile="pmc.no_sleep_on_recv", worker=True),
+           profile="pmc.no_sleep_on_recv"),
     Option(("--maxfds",), "maxfds", "most files the master keeps open for I/O forwarding",
            metavar="N", type=_ref_positive_int, profile="pmc.maxfds"),
     Option(("--keep-affinity",), "keep_affinity", "keep the inherited cpu affinity for tasks",
@@ -454,6 +454,12 @@ def check_profile_value(o: Option, value: Any) -> None:
     ``o`` a profile gives (after its schema has been checked)."""
     if o.kind == "value" and o.choices is None:
         o.type(value_text(value))
+
+
+def worker_values(opts: RunOptions) -> dict[str, Any]:
+    """The options workers need, by ``RunOptions`` field: the run's part of a
+    ``WorkerConfig`` (which holds exactly these and what the master derives)."""
+    return {o.attr: getattr(opts, o.attr) for o in OPTIONS if o.worker}
 
 
 def argv_for(values: Mapping[str, Any]) -> list[str]:

@@ -25,8 +25,8 @@ def _config(tmp: Path, **over: object) -> WorkerConfig:
     fields: dict[str, object] = dict(
         dag_path=str(tmp / "w.dag"), out_path=str(tmp / "out.{rank}"),
         err_path=str(tmp / "err.{rank}"), per_task_stdio=False, host_cpus=None,
-        host_memory=None, slots=1, strict_limits=False, keep_affinity=True,
-        set_affinity=False, host_script=None, host_script_timeout=60.0, sleep_on_recv=True,
+        host_memory=None, worker_slots=1, strict_limits=False, keep_affinity=True,
+        set_affinity=False, host_script=None, host_script_timeout=60.0,
         log_level=log.INFO, log_format="text")
     fields.update(over)
     return WorkerConfig(**fields)  # type: ignore[arg-type]

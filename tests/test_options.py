@@ -18,7 +18,9 @@ from pmc.adapters.validate import schema
 
 from pmc import log, options
 from pmc.commands import cli
+from pmc.core.protocol import WorkerConfig
 from pmc.options import OPTIONS, RunOptions
+from pmc.runtime.startup import worker_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -221,3 +223,12 @@ def test_run_option_flags_are_spelled_only_in_the_table() -> None:
         rel = str(path.relative_to(REPO))
         found = set(literal.findall(path.read_text())) & flags - elsewhere.get(rel, set())
         assert not found, f"{rel} spells {sorted(found)}"
+
+
+def test_worker_config_holds_the_options_marked_for_workers() -> None:
+    derived = {"dag_path", "out_path", "err_path", "log_level"}
+    marked = {o.attr for o in options.OPTIONS if o.worker}
+    assert set(WorkerConfig._fields) == derived | marked
+    opts = RunOptions(dag="w.dag", worker_slots=3, strict_limits=True, log_format="json")
+    cfg = worker_config(opts, "w.dag.out.{rank}", "w.dag.err.{rank}")
+    assert (cfg.worker_slots, cfg.strict_limits, cfg.log_format) == (3, True, "json")

@@ -28,8 +28,8 @@ def _config(tmp: Path) -> WorkerConfig:
     return WorkerConfig(
         dag_path=str(tmp / "w.dag"), out_path=str(tmp / "out.{rank}"),
         err_path=str(tmp / "err.{rank}"), per_task_stdio=False, host_cpus=3,
-        host_memory=1234, slots=1, strict_limits=False, keep_affinity=True,
-        set_affinity=False, host_script=None, host_script_timeout=60.0, sleep_on_recv=True,
+        host_memory=1234, worker_slots=1, strict_limits=False, keep_affinity=True,
+        set_affinity=False, host_script=None, host_script_timeout=60.0,
         log_level=log.WARN, log_format="text")
 
 

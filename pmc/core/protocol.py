@@ -65,22 +65,23 @@ Message = tuple[Any, ...]
 
 
 class WorkerConfig(NamedTuple):
-    """What a worker needs to know from the master's command line."""
+    """What a worker needs to know from the master's command line: what the master
+    derives (the first four), then the run options marked for workers in
+    ``pmc.options.OPTIONS``, by their ``RunOptions`` names (a test holds the two equal)."""
 
     dag_path: str
     out_path: str  # this worker's stdout file, "{rank}" replaced; "" with per-task stdio
     err_path: str
+    log_level: int
     per_task_stdio: bool
     host_cpus: int | None  # None: detect
     host_memory: int | None  # MB; None: detect
-    slots: int
+    worker_slots: int
     strict_limits: bool
     keep_affinity: bool
     set_affinity: bool
     host_script: str | None
     host_script_timeout: float  # seconds before SIGALRM
-    sleep_on_recv: bool
-    log_level: int
     log_format: str  # "text" or "json"
 
 

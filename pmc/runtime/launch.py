@@ -141,7 +141,7 @@ class Launcher:
             self.out_fd = open_append(out_path)
             self.err_fd = open_append(err_path)
         self.err_path = os.path.abspath(config.err_path.format(rank=rank))
-        self.accounting = Accounting(config.slots, config.strict_limits)
+        self.accounting = Accounting(config.worker_slots, config.strict_limits)
         close_on_exec_all()  # before the guard and the first task start
         self.guard = Guard(KILL_GRACE)
         for d in self.accounting.parent:
@@ -206,7 +206,7 @@ class Launcher:
             r.err_path = self.err_path
             # Where this try's stderr begins in the shared file, for its tail should it
             # fail (one slot: nothing else writes there meanwhile).
-            r.err_offset = os.fstat(err_fd).st_size if cfg.slots == 1 else -1
+            r.err_offset = os.fstat(err_fd).st_size if cfg.worker_slots == 1 else -1
         r.cgroup = acc.enter(spec.memory)
         if r.cgroup is None:
             if acc.problem and cfg.strict_limits and spec.memory > 0:

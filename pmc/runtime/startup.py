@@ -18,7 +18,7 @@ from pmc.core.protocol import WorkerConfig
 from pmc.core.resources import Resources
 from pmc.dag import DAG
 from pmc.errors import FatalError, Interrupted
-from pmc.options import RunOptions
+from pmc.options import RunOptions, worker_values
 from pmc.transport import Transport, TransportError
 
 HELLO_TIMEOUT = 120.0
@@ -33,18 +33,8 @@ def worker_config(o: RunOptions, out_template: str, err_template: str) -> Worker
         dag_path=o.dag,
         out_path="" if o.per_task_stdio else out_template,
         err_path="" if o.per_task_stdio else err_template,
-        per_task_stdio=o.per_task_stdio,
-        host_cpus=o.host_cpus,
-        host_memory=o.host_memory,
-        slots=o.worker_slots,
-        strict_limits=o.strict_limits,
-        keep_affinity=o.keep_affinity,
-        set_affinity=o.set_affinity,
-        host_script=o.host_script,
-        host_script_timeout=o.host_script_timeout,
-        sleep_on_recv=not o.no_sleep_on_recv,
         log_level=log.level(),
-        log_format=o.log_format,
+        **worker_values(o),
     )
 
 

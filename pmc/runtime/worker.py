@@ -95,7 +95,7 @@ class Worker:
         memory = cfg.host_memory if cfg.host_memory is not None else detect_memory_mb()
         sockets = cpu_sockets() if cfg.set_affinity else {}
         acc = self.launcher.accounting
-        return (protocol.HELLO, protocol.VERSION, self.hostname, cpus, memory, cfg.slots,
+        return (protocol.HELLO, protocol.VERSION, self.hostname, cpus, memory, cfg.worker_slots,
                 os.getpid(), sockets, acc.method, acc.limits, acc.why)
 
     def run_host_script(self) -> tuple[bool, str]:
