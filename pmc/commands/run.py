@@ -25,7 +25,7 @@ from pmc.core.rescue import RescueError, read_rescue
 from pmc.dag import DAG, DagError, parse_dag
 from pmc.errors import ExitCode, FatalError, Interrupted
 from pmc.options import RunOptions
-from pmc.outputs import assemble, observe
+from pmc.outputs import assemble, logsetup
 from pmc.outputs.progress import Progress
 from pmc.runtime.master import Master
 from pmc.runtime.summary import write_summary
@@ -98,7 +98,7 @@ def _run_master(opts: RunOptions, observers: list[Observer], make_transport: Any
                 mode: str) -> int:
     # The log file first: every line after this one goes there.
     try:
-        observe.open_log_file()
+        logsetup.open_log_file()
     except OSError as e:
         log.fatal(f"Unable to open log file: {opts.log_file}: {e.strerror}")
         return ExitCode.FAILED
