@@ -18,8 +18,8 @@ from pmctest import clean_env, pmc, pmc_mpi, write_dag
 
 from pmc import log
 from pmc.core.protocol import describe
+from pmc.logsetup import LogOutput, setup_logging
 from pmc.options import RunOptions
-from pmc.outputs.logsetup import LogOutput, setup_logging
 
 TASK_FIELDS = {"task", "try", "rank", "host", "cpus", "memory"}
 END_FIELDS = TASK_FIELDS | {"status", "duration", "cpu_time", "max_rss_kb", "start",
@@ -335,9 +335,10 @@ def test_direct_task_events_are_what_structlog_renders(
         now: float, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The per-task JSON lines are written without structlog: byte for byte what the
     structlog chain made of the same calls, values of unusual types included."""
+    from pmc import logsetup
     from pmc.core.protocol import TaskResult
     from pmc.dag import Task
-    from pmc.outputs import eventlog, logsetup
+    from pmc.outputs import eventlog
 
     monkeypatch.setattr(eventlog, "time", _Clock(now))
     monkeypatch.setattr(logsetup, "time", _Clock(now))
@@ -413,7 +414,7 @@ def test_held_back_task_events_keep_their_place(tmp_path: Path) -> None:
     code = ("import sys\n"
             "from pmc.dag import Task\n"
             "from pmc.outputs.eventlog import EventLog\n"
-            "from pmc.outputs.logsetup import LogOutput\n"
+            "from pmc.logsetup import LogOutput\n"
             "ev = EventLog(LogOutput('json', sys.argv[1]))\n"
             "ev.ready(Task(0, 'a', '/bin/true'), 1)\n")
     exit_path = tmp_path / "exit.jsonl"
@@ -427,8 +428,9 @@ def test_building_the_outputs_opens_nothing(tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """The observers of a run can be made before its master: no file appears until the
     run starts (``started``), none if it never does, and each then opens its own."""
+    from pmc import logsetup
     from pmc.core.events import RunInfo
-    from pmc.outputs import assemble, logsetup
+    from pmc.outputs import assemble
     from pmc.outputs.eventlog import EventLog
     from pmc.outputs.metrics import MetricsExport
     from pmc.outputs.progress import Progress

@@ -40,7 +40,7 @@ def options_from_args(p: argparse.ArgumentParser, args: argparse.Namespace,
 
 def cmd_run(p: argparse.ArgumentParser, args: argparse.Namespace, dropin: bool = False) -> int:
     opts = options_from_args(p, args, dropin)
-    from pmc.outputs.logsetup import setup_logging
+    from pmc.logsetup import setup_logging
 
     setup_logging(opts)
     from pmc.commands.run import run

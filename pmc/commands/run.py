@@ -19,13 +19,13 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from pmc import log
+from pmc import log, logsetup
 from pmc.core.events import Fanout, Observer, Summary
 from pmc.core.rescue import RescueError, read_rescue
 from pmc.dag import DAG, DagError, parse_dag
 from pmc.errors import ExitCode, FatalError, Interrupted
 from pmc.options import RunOptions
-from pmc.outputs import assemble, logsetup
+from pmc.outputs import assemble
 from pmc.outputs.progress import Progress
 from pmc.runtime.master import Master
 from pmc.runtime.summary import write_summary

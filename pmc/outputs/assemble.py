@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 from pmc import log
 from pmc.core.events import Observer
+from pmc.logsetup import log_output
 from pmc.options import RunOptions
 from pmc.outputs.eventlog import EventLog
-from pmc.outputs.logsetup import log_output
 from pmc.outputs.progress import Progress, progress_observer
 from pmc.outputs.recordfiles import DagmanOut, JobstateLog, ResourceLog
 from pmc.outputs.status import StatusFile

@@ -2,7 +2,7 @@
 
 ``EventLog`` is the observer that writes the events (ready, dispatched, started, finished
 / failed, retried, held; the workflow start and end with the run's totals) to the run's
-``LogOutput`` (``pmc.outputs.logsetup``). In text mode these are DEBUG lines, in JSON
+``LogOutput`` (``pmc.logsetup``). In text mode these are DEBUG lines, in JSON
 mode all of them are written. The per-task JSON events (four or five a task) are the one
 hot path: on the master's loop they are only recorded (a tuple appended to the output's
 held-back lines), and rendered together at the next write or flush, straight into the
@@ -25,7 +25,7 @@ from pmc.core.events import Observer, RunInfo, Summary
 from pmc.core.protocol import TaskResult, describe
 from pmc.core.resources import Host
 from pmc.dag import Task
-from pmc.outputs.logsetup import LogOutput, flush_at_exit, render_json
+from pmc.logsetup import LogOutput, flush_at_exit, render_json
 
 _FLUSH_EVERY = 0.25  # seconds between flushes of buffered task events
 _HOLD_MAX = 2048  # task events held back before they are rendered anyway

@@ -381,7 +381,7 @@ def _setup_logging(cfg: WorkerConfig, rank: int) -> None:
         # structlog is set up at the first message, not at start: its import takes
         # ~0.1 s of cpu, and a worker that runs its tasks without a word needs none.
         if not sink:
-            from pmc.outputs.logsetup import LogOutput
+            from pmc.logsetup import LogOutput
 
             out = LogOutput("json", None, cfg.log_level)
             out.logger = out.logger.bind(rank=rank)
