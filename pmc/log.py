@@ -5,7 +5,7 @@ hook them: ``logging.getLogger("pmc").addHandler(h)`` receives every message as 
 ``LogRecord`` (levels CRITICAL for fatal, ERROR, WARNING, INFO, DEBUG and 5, "TRACE"),
 and ``logging.getLogger("pmc").setLevel(...)`` moves the threshold, which ``enabled``
 follows. Nothing is configured or registered at import: the command-line entry calls
-``setup`` (or ``pmc.outputs.logsetup.setup_logging``, which also handles ``--log-format``
+``setup`` (or ``pmc.logsetup.setup_logging``, which also handles ``--log-format``
 / ``--log-file``), which installs pmc's own handler on that logger and stops propagation
 to the root logger, so that pmc's output is exactly the reference's whatever the root
 logger does.
@@ -13,7 +13,7 @@ logger does.
 pmc's handler writes a message as the reference writes it: ``[level] message`` on
 stderr, the level in lower case (``fatal``, ``error``, ``warn``, ``info``, ``debug``,
 ``trace``), with a date in front (``2024-05-01 12:00:00.123 UTC [info] ...``) when the
-log goes to a file. In JSON mode ``pmc.outputs.logsetup`` gives it a structured sink
+log goes to a file. In JSON mode ``pmc.logsetup`` gives it a structured sink
 (structlog) and the same messages become JSON objects with "level" and "event". Task
 events (JSON lines, metrics) hang off the master's observers, not this module.
 
