@@ -19,6 +19,18 @@ For each size and edge pattern a fresh interpreter (so RSS figures are its own):
    moment they get it, and reports the master's CPU per task and the run's peak RSS.
    The rescue log lives on tmpfs when /dev/shm exists, so its fdatasync costs no disk
    wait; every other cost of the master's loop is the real one.
+
+With ``--cluster W1,W2,...`` it simulates clusters instead: W workers x ``--slots`` slots
+(32 by default) spread over min(W, ``--hosts``) hosts (1,000 by default; consecutive
+ranks share a host, as launchers place them by default, one cpu per slot), all of them
+registering with the master (the hand-shake: CONFIG, HELLO, START), then the same
+in-process run of a DAG of ``--tasks`` tasks with options on every line, one task in four
+asking for 2 cpus (so hosts have free slots but not the cpus for the next task, and the
+master must look past them). It reports the master's CPU for the hand-shake (``start``:
+everything before the first task, the check that every task fits some host included)
+and per task, for each W, with ``--trees`` running the same simulation against other
+checkouts of pmc by turns (``old=/path,new=.``), and ``--profile FILE`` writing a
+cProfile of the last child.
 """
 
 from __future__ import annotations
@@ -33,6 +45,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from _common import PYTHON, children_cpu, machine, pmc_env, write_big
 
@@ -85,12 +98,53 @@ def helper_mb(dag_path: str) -> float:
     return int(out) / 1024
 
 
+def run_master(dag_path: str, dag: Any, transport: Any, slots: int, cpus: int
+               ) -> dict[str, float]:
+    """A whole run of the real ``Master`` over ``transport`` with every default observer,
+    wired as ``pmc run`` wires it: the hand-shake's and the loop's CPU apart."""
+    from pmc.core.events import Fanout
+    from pmc.options import RunOptions
+    from pmc.outputs import assemble
+    from pmc.runtime.master import Master
+
+    opts = RunOptions(dag=dag_path, skip_rescue=True, nolock=True, mode="local",
+                      worker_slots=slots, host_cpus=cpus)
+    out = Fanout(assemble.outputs(opts).observers)
+    master = Master(transport, opts, dag, set(), out, "local")
+    init_rss = peak_mb()
+    gc.collect()
+    c0 = time.process_time()
+    info = master.start()
+    start_cpu = time.process_time() - c0
+    out.started(info)
+    c0 = time.process_time()
+    t0 = time.perf_counter()
+    summary = master.loop()
+    run_cpu = time.process_time() - c0
+    run_wall = time.perf_counter() - t0
+    master.shutdown_workers()
+    master.close()
+    out.finished(summary)
+    out.close()
+    if not summary.ok or summary.succeeded != len(dag):
+        raise SystemExit(f"run did not succeed: {summary.outcome} {summary.succeeded}")
+    return {"master_init_mb": init_rss, "start_cpu_s": start_cpu, "run_cpu_s": run_cpu,
+            "run_wall_s": run_wall, "us_per_task": run_cpu / len(dag) * 1e6,
+            "peak_mb": peak_mb()}
+
+
+def fakes() -> Any:
+    """``tests/fakes.py``, the in-process transports the tests use too."""
+    sys.path.insert(0, str(HERE.parent / "tests"))
+    import fakes as module
+
+    return module
+
+
 def measure(dag_path: str, workers: int, slots: int) -> dict[str, float]:
     """In this process: parse, then a whole run of the master. Figures as a dict."""
     from pmc import log
     from pmc.dag import parse_dag
-    from pmc.options import RunOptions
-    from pmc.runtime.master import Master
 
     log.setup(log.WARN)
     base = peak_mb()
@@ -102,35 +156,122 @@ def measure(dag_path: str, workers: int, slots: int) -> dict[str, float]:
     parse_cpu = time.process_time() - c0
     helper_cpu = children_cpu() - h0
     parse_rss = peak_mb()
-    opts = RunOptions(dag=dag_path, skip_rescue=True, nolock=True, mode="local",
-                      worker_slots=slots, host_cpus=workers * slots)
-    from pmc.outputs import assemble
-
-    sys.path.insert(0, str(HERE.parent / "tests"))  # the fakes the tests use too
-    from fakes import InstantWorkers
-
-    transport = InstantWorkers.on_one_host(workers, cpus=workers * slots, memory=1 << 20,
-                                           slots=slots)
-    master = Master(transport, opts, dag, set(), [], "local",
-                    open_outputs=lambda: assemble.outputs(opts).observers)
-    init_rss = peak_mb()
-    gc.collect()
-    c0 = time.process_time()
-    t0 = time.perf_counter()
-    summary = master.run()
-    run_cpu = time.process_time() - c0
-    run_wall = time.perf_counter() - t0
-    master.shutdown_workers()
-    master.close()
-    if not summary.ok or summary.succeeded != len(dag):
-        raise SystemExit(f"run did not succeed: {summary.outcome} {summary.succeeded}")
+    transport = fakes().InstantWorkers.on_one_host(workers, cpus=workers * slots,
+                                                   memory=1 << 20, slots=slots)
+    run = run_master(dag_path, dag, transport, slots, workers * slots)
     return {
         "tasks": len(dag), "edges": dag.edge_count(), "parse_s": parse_wall,
         "parse_cpu_s": parse_cpu, "helper_cpu_s": helper_cpu,
-        "helper_mb": helper_mb(dag_path), "base_mb": base, "parse_mb": parse_rss,
-        "master_init_mb": init_rss, "peak_mb": peak_mb(), "run_cpu_s": run_cpu,
-        "run_wall_s": run_wall, "us_per_task": run_cpu / len(dag) * 1e6,
+        "helper_mb": helper_mb(dag_path), "base_mb": base, "parse_mb": parse_rss, **run,
     }
+
+
+def write_cluster_dag(path: Path, n: int) -> None:
+    """``n`` tasks, ``n`` local edges, options on every TASK line; every fourth task asks
+    for 2 cpus."""
+    plain = path.with_suffix(".plain")
+    write_big(plain, n, n, local=True)
+    with open(plain) as src, open(path, "w", buffering=1 << 20) as f:
+        for line in src:
+            if line.startswith("TASK "):
+                name = line.split(None, 2)[1]
+                i = int(name[5:])
+                line = f"TASK {name} -m 1 -c {2 if i % 4 == 3 else 1} /bin/true arg{i}\n"
+            f.write(line)
+    plain.unlink()
+
+
+def cluster_layout(workers: int, hosts: int) -> list[tuple[int, str]]:
+    """(rank, host) of each worker: consecutive ranks on a host, in rank order."""
+    hosts = min(workers, hosts)
+    return [(rank, f"node{(rank - 1) * hosts // workers:05d}")
+            for rank in range(1, workers + 1)]
+
+
+def measure_cluster(dag_path: str, workers: int, slots: int, hosts: int,
+                    profile: str | None) -> dict[str, float]:
+    """In this process: the hand-shake and a whole run on a simulated cluster."""
+    from pmc import log
+    from pmc.dag import parse_dag
+
+    log.setup(log.WARN)
+    dag = parse_dag(dag_path)
+    layout = cluster_layout(workers, hosts)
+    per_host = -(-workers // min(workers, hosts))
+    transport = fakes().InstantWorkers(layout, cpus=per_host * slots, memory=1 << 20,
+                                       slots=slots)
+    if profile:
+        import cProfile
+
+        prof = cProfile.Profile()
+        prof.enable()
+    r = run_master(dag_path, dag, transport, slots, per_host * slots)
+    if profile:
+        prof.disable()
+        prof.dump_stats(profile)
+    return {"tasks": len(dag), "workers": workers, "slots": slots,
+            "hosts": len({h for _r, h in layout}), **r}
+
+
+def cluster_main(args: argparse.Namespace) -> int:
+    slots = args.slots or 32
+    trees = [t.split("=", 1) if "=" in t else [t, t] for t in args.trees.split(",") if t]
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="pmc-cluster-",
+                                                                   dir=shm))
+    work.mkdir(parents=True, exist_ok=True)
+    dag = work / f"cluster-{args.tasks}.dag"
+    if not dag.exists():
+        write_cluster_dag(dag, args.tasks)
+    print(f"machine: {machine()}")
+    print(f"{args.tasks} tasks (1 in 4 with -c 2), {slots} slots per worker, up to "
+          f"{args.hosts} hosts, one cpu per slot; trees by turns: "
+          + ", ".join(f"{name}={path}" for name, path in trees))
+    print(f"{'tree':6s} {'workers':>8s} {'hosts':>6s} {'slots':>8s} {'start cpu s':>11s} "
+          f"{'run s':>7s} {'us/task':>8s} {'peak MB':>8s}")
+    widths = [int(x) for x in args.cluster.split(",") if x]
+    figures: dict[tuple[str, int], list[dict[str, float]]] = {}
+    for _round in range(args.rounds):
+        for w in widths:
+            for name, path in trees:
+                env = pmc_env()
+                env["PYTHONPATH"] = str(Path(path).resolve()) + os.pathsep + env["PYTHONPATH"]
+                argv = [PYTHON, str(HERE / "scale.py"), "--child-cluster", str(dag),
+                        "--workers", str(w), "--slots", str(slots), "--hosts",
+                        str(args.hosts)]
+                if args.profile and w == widths[-1] and name == trees[-1][0]:
+                    argv += ["--profile", args.profile]
+                proc = subprocess.run(argv, capture_output=True, text=True, env=env,
+                                      cwd=work, check=False)
+                if proc.returncode != 0:
+                    print(proc.stdout, proc.stderr, file=sys.stderr)
+                    return 1
+                r = json.loads(proc.stdout.strip().splitlines()[-1])
+                figures.setdefault((name, w), []).append(r)
+                print(f"{name:6s} {w:8d} {r['hosts']:6d} {w * slots:8d} "
+                      f"{r['start_cpu_s']:11.2f} {r['run_wall_s']:7.1f} "
+                      f"{r['us_per_task']:8.1f} {r['peak_mb']:8.0f}", flush=True)
+                for suffix in (".rescue", ".resource", ".status.json"):
+                    try:
+                        os.unlink(f"{dag}{suffix}")
+                    except FileNotFoundError:
+                        pass
+    if not args.keep:
+        dag.unlink()
+        try:
+            work.rmdir()
+        except OSError:
+            pass
+    parts = []
+    for name, _path in trees:
+        best = {w: min(r["us_per_task"] for r in figures[(name, w)]) for w in widths}
+        start = min(r["start_cpu_s"] for r in figures[(name, widths[-1])])
+        ratio = best[widths[-1]] / best[widths[0]] if best[widths[0]] else 0.0
+        parts.append(f"{name}: master CPU/task {best[widths[0]]:.1f} us at {widths[0]} "
+                     f"workers, {best[widths[-1]]:.1f} us at {widths[-1]} = {ratio:.2f}x; "
+                     f"start-up of {widths[-1]} ranks {start:.2f} s")
+    print("SUMMARY cluster: " + "; ".join(parts))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,13 +280,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--edges", default="local,random,options,pegasus",
                    help="DAG shapes: local, random, options, pegasus")
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--slots", type=int, default=50, help="task slots per worker")
+    p.add_argument("--slots", type=int, default=0,
+                   help="task slots per worker (default 50; 32 with --cluster)")
     p.add_argument("--keep", metavar="DIR", help="write DAGs into DIR and keep them")
+    p.add_argument("--cluster", metavar="W,...",
+                   help="simulate clusters of these numbers of workers instead")
+    p.add_argument("--hosts", type=int, default=1000,
+                   help="with --cluster: the most hosts the workers spread over")
+    p.add_argument("--tasks", type=int, default=1000000, help="with --cluster: DAG size")
+    p.add_argument("--rounds", type=int, default=1, help="with --cluster: rounds")
+    p.add_argument("--trees", default=".", metavar="NAME=DIR,...",
+                   help="with --cluster: pmc checkouts to run by turns")
+    p.add_argument("--profile", metavar="FILE",
+                   help="with --cluster: cProfile of the largest cluster (last tree)")
     p.add_argument("--child", metavar="DAG", help=argparse.SUPPRESS)
+    p.add_argument("--child-cluster", metavar="DAG", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
-        print(json.dumps(measure(args.child, args.workers, args.slots)))
+        print(json.dumps(measure(args.child, args.workers, args.slots or 50)))
         return 0
+    if args.child_cluster:
+        print(json.dumps(measure_cluster(args.child_cluster, args.workers, args.slots,
+                                         args.hosts, args.profile)))
+        return 0
+    if args.cluster:
+        return cluster_main(args)
+    args.slots = args.slots or 50
 
     shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="pmc-scale-",

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from pmc.core.resources import Host, Resources
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pmc.core.resources import Host, Resources, Worker
 
 
 def pool() -> Resources:
@@ -98,3 +101,110 @@ def test_fragmented_sockets_leave_the_task_unbound() -> None:
     h.give_cpu_set(pairs[3])
     assert h.take_cpu_set(4) is None
     assert h.take_cpu_set(2) is not None
+
+
+# -- the index of hosts with a free slot, against a scan of them all ----------------------
+
+
+class ScanPool:
+    """The matching rule written as a plain scan: hosts in the order they got a free slot
+    (one that had none goes last), the first whose free cpus and memory fit, its first
+    worker to get a free slot."""
+
+    def __init__(self) -> None:
+        self.cpus: dict[str, int] = {}
+        self.memory: dict[str, int] = {}
+        self.host_of: dict[int, str] = {}
+        self.free: dict[int, int] = {}  # rank -> free slots (workers still here)
+        self.idle: dict[str, dict[int, None]] = {}  # host -> workers with a free slot
+        self.order: dict[str, None] = {}  # hosts with a free slot, in order
+
+    def add_worker(self, rank: int, host: str, cpus: int, memory: int, slots: int) -> None:
+        self.cpus.setdefault(host, cpus)
+        self.memory.setdefault(host, memory)
+        self.idle.setdefault(host, {})
+        self.host_of[rank] = host
+        self.free[rank] = slots
+        if slots:
+            self.idle[host][rank] = None
+            self.order.setdefault(host, None)
+
+    def remove_worker(self, rank: int) -> None:
+        host = self.host_of[rank]
+        del self.free[rank]
+        self.idle[host].pop(rank, None)
+        if not self.idle[host]:
+            self.order.pop(host, None)
+
+    def find(self, cpus: int, memory: int) -> int | None:
+        for host in self.order:
+            if self.cpus[host] >= cpus and self.memory[host] >= memory:
+                return next(iter(self.idle[host]))
+        return None
+
+    def allocate(self, rank: int, cpus: int, memory: int) -> None:
+        host = self.host_of[rank]
+        self.cpus[host] -= cpus
+        self.memory[host] -= memory
+        self.free[rank] -= 1
+        if not self.free[rank]:
+            del self.idle[host][rank]
+            if not self.idle[host]:
+                del self.order[host]
+
+    def release(self, rank: int, cpus: int, memory: int) -> None:
+        host = self.host_of[rank]
+        self.cpus[host] += cpus
+        self.memory[host] += memory
+        if rank in self.free:
+            self.free[rank] += 1
+            if self.free[rank] == 1:
+                self.idle[host][rank] = None
+                self.order.setdefault(host, None)
+
+
+ASKS = st.tuples(st.integers(0, 5), st.sampled_from([0, 0, 10, 100, 300]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(hosts=st.lists(st.tuples(st.integers(1, 8), st.sampled_from([0, 100, 500, 1000]),
+                                st.integers(1, 4), st.integers(0, 3)),
+                      min_size=1, max_size=12),
+       steps=st.lists(st.tuples(st.sampled_from("ffffrrx"), ASKS, st.integers(0, 10**6)),
+                      max_size=200))
+def test_placement_is_that_of_a_scan_of_every_host(
+        hosts: list[tuple[int, int, int, int]], steps: list[tuple[str, tuple[int, int], int]]
+) -> None:
+    """Random hosts (cpus, memory, workers, slots each), then random steps: place a task
+    where it fits, end a running one, lose a worker. Every answer is the scan's."""
+    r, ref = Resources(), ScanPool()
+    rank = 0
+    for h, (cpus, memory, workers, slots) in enumerate(hosts):
+        for _ in range(workers):
+            rank += 1
+            r.add_worker(rank, f"h{h}", cpus, memory, slots)
+            ref.add_worker(rank, f"h{h}", cpus, memory, slots)
+    running: list[tuple[int, int, int]] = []  # (rank, cpus, memory)
+    lost: dict[int, Worker] = {}
+    for what, (cpus, memory), pick in steps:
+        for asked in ((cpus, memory), (1, 0), (0, 0)):
+            w = r.find(*asked)
+            assert (None if w is None else w.rank) == ref.find(*asked)
+        assert r.any_idle() == bool(ref.order)
+        assert r.free_slots() == sum(ref.free.values())
+        if what == "f":
+            w = r.find(cpus, memory)
+            if w is not None:
+                r.allocate(w, cpus, memory)
+                ref.allocate(w.rank, cpus, memory)
+                running.append((w.rank, cpus, memory))
+        elif what == "r" and running:
+            rk, c, m = running.pop(pick % len(running))
+            r.release(r.workers[rk] if rk in r.workers else lost[rk], c, m)
+            ref.release(rk, c, m)
+        elif what == "x" and r.workers:
+            rk = sorted(r.workers)[pick % len(r.workers)]
+            gone = r.remove_worker(rk)
+            assert gone is not None
+            lost[rk] = gone
+            ref.remove_worker(rk)

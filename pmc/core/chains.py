@@ -6,12 +6,19 @@ task takes the slot and the resources over from the task it follows; until that 
 result arrives it is "queued", unseen by the observers. The tasks of one slot form a
 chain: the running task, then up to ``PREFETCH_DEPTH`` queued ones, each behind the last.
 
+A task may wait only behind one that asks for at least its cpus and memory, and not
+behind a task bound to cpus (``--set-affinity``). The chains with room are kept by depth
+and by what their last task asks for, so the next one to take a task is found without
+looking at every slot: the shallowest first (each slot gets one queued task before any
+gets two), and among those the one that had room first.
+
 Pure bookkeeping: no messages, no resources, no engine. The master asks this class what
 to do and does it (sends, releases slots, readies tasks again).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
 
 from pmc.core.resources import Worker
@@ -19,6 +26,7 @@ from pmc.core.resources import Worker
 PREFETCH_DEPTH = 2  # tasks queued behind each running one: room for results to batch
 
 Affinity = tuple[int, ...] | None
+Kind = tuple[int, int]  # what a task asks for: (cpus, memory MB)
 
 
 class Chains:
@@ -38,6 +46,15 @@ class Chains:
         # task with none behind it).
         self._tails: dict[int, int] = {}
         self._recalling: set[int] = set()  # queued tasks asked back, not returned yet
+        # What each running or queued task that may have a successor asks for (a task
+        # bound to cpus may not: it is not here).
+        self._kind: dict[int, Kind] = {}
+        # The chains with room, by depth, then by what their last task asks for: (order,
+        # last task) as they got room. Entries are not taken out when a chain changes;
+        # those no longer true are dropped when they come first.
+        self._open: list[dict[Kind, deque[tuple[int, int]]]] = [
+            {} for _ in range(PREFETCH_DEPTH)]
+        self._order = 0
 
     # -- queries -----------------------------------------------------------------
 
@@ -45,6 +62,37 @@ class Chains:
         """(last task, depth) of each chain with room for one more queued task."""
         return [(tail, depth) for tail, depth in self._tails.items()
                 if depth < PREFETCH_DEPTH]
+
+    def open_tail(self, cpus: int, memory: int) -> int:
+        """The last task of the chain that takes the next task asking for ``cpus`` and
+        ``memory`` (see the module docstring), or -1 if none may."""
+        tails = self._tails
+        kinds = self._kind
+        for depth, by_kind in enumerate(self._open):
+            best = -1
+            best_order = -1
+            for kind, entries in by_kind.items():
+                if kind[0] < cpus or kind[1] < memory:
+                    continue
+                while entries:
+                    order, tail = entries[0]
+                    if tails.get(tail) == depth and kinds.get(tail) == kind:
+                        if best < 0 or order < best_order:
+                            best, best_order = tail, order
+                        break
+                    entries.popleft()  # no longer true
+            if best >= 0:
+                return best
+        return -1
+
+    def _set_tail(self, task_id: int, depth: int) -> None:
+        """``task_id`` is the last task of its chain, ``depth`` tasks waiting in it."""
+        self._tails[task_id] = depth
+        if depth < PREFETCH_DEPTH:
+            kind = self._kind.get(task_id)
+            if kind is not None:
+                self._open[depth].setdefault(kind, deque()).append((self._order, task_id))
+                self._order += 1
 
     def holder(self, task_id: int) -> tuple[Worker, Affinity]:
         """The worker a running or queued task is on, and the running task's cpu set."""
@@ -67,17 +115,23 @@ class Chains:
 
     # -- transitions -------------------------------------------------------------
 
-    def start(self, task_id: int, worker: Worker, affinity: Affinity) -> None:
-        """A task sent to start at once: a chain of its own."""
+    def start(self, task_id: int, worker: Worker, affinity: Affinity,
+              kind: Kind = (0, 0)) -> None:
+        """A task sent to start at once (asking for ``kind``): a chain of its own."""
         self.running[task_id] = (worker, affinity)
         self.unstarted.add(task_id)
-        self._tails[task_id] = 0
+        if affinity:
+            self._kind.pop(task_id, None)  # its cpus are bound: nothing waits behind it
+        else:
+            self._kind[task_id] = kind
+        self._set_tail(task_id, 0)
 
-    def queue(self, task_id: int, tail: int) -> Worker:
-        """Queue a task behind the last task of a chain (one of ``open_tails``); returns
-        the worker that holds the chain."""
+    def queue(self, task_id: int, tail: int, kind: Kind = (0, 0)) -> Worker:
+        """Queue a task (asking for ``kind``) behind the last task of a chain (one of
+        ``open_tails``); returns the worker that holds the chain."""
         worker = self.holder(tail)[0]
-        self._tails[task_id] = self._tails.pop(tail) + 1
+        self._kind[task_id] = kind
+        self._set_tail(task_id, self._tails.pop(tail) + 1)
         self._next[tail] = task_id
         self.queued[task_id] = (worker, tail)
         return worker
@@ -96,6 +150,7 @@ class Chains:
         """``pred`` ended: its queued successor, if any, runs now in its place (returned;
         -1 if none, and the slot is free)."""
         succ = self._next.pop(pred, None)
+        self._kind.pop(pred, None)
         if succ is None:
             self._tails.pop(pred, None)
             return -1
@@ -107,7 +162,7 @@ class Chains:
         while end in self._next:
             end = self._next[end]
         if end in self._tails:
-            self._tails[end] -= 1  # the chain moved up by one
+            self._set_tail(end, self._tails[end] - 1)  # the chain moved up by one
         return succ
 
     def recall(self, task_ids: Iterable[int]) -> set[Worker]:
@@ -135,6 +190,7 @@ class Chains:
                     worker, affinity = self.running.pop(tid)
                     self.unstarted.discard(tid)
                     self._tails.pop(tid, None)
+                    self._kind.pop(tid, None)
                     refused.append((tid, worker, affinity))
                 continue
             pred = entry[1]
@@ -142,11 +198,12 @@ class Chains:
                 del self._next[pred]
             self._next.pop(tid, None)
             self._tails.pop(tid, None)
+            self._kind.pop(tid, None)
             cut.append(pred)
             back.append(tid)
         for pred in cut:
             if pred not in self._next and (pred in self.running or pred in self.queued):
-                self._tails[pred] = self.depth(pred)
+                self._set_tail(pred, self.depth(pred))
         return back, refused
 
     def drop_worker(self, rank: int) -> tuple[list[tuple[int, Affinity]], list[int]]:
@@ -171,6 +228,9 @@ class Chains:
         self._next.clear()
         self._tails.clear()
         self._recalling.clear()
+        self._kind.clear()
+        for by_kind in self._open:
+            by_kind.clear()
         return tasks
 
     def _forget(self, task_id: int) -> None:
@@ -178,3 +238,4 @@ class Chains:
         self._recalling.discard(task_id)
         self._tails.pop(task_id, None)
         self._next.pop(task_id, None)
+        self._kind.pop(task_id, None)

@@ -4,6 +4,12 @@ A host's cpus and memory are shared by every worker rank on it (PMC's model); a 
 owns one task slot by default, or several (``--worker-slots``). Memory 0 means the task
 does not ask for memory. With ``--set-affinity`` multi-core tasks get a compact set of
 cpu ids on one socket where possible, and none when fragmentation makes that impossible.
+
+A task goes to the first host, in the order hosts got a free slot, whose free cpus and
+memory fit it, and there to its worker that got a free slot first. ``FreeHosts`` finds
+that host in O(log hosts), without looking at the hosts that do not fit: a cluster of
+1,000 hosts whose free slots lack the cpus for the next task costs the master no more
+per task than one host does.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ class Host:
         "idle",
         "memory",
         "name",
+        "pos",
         "workers",
     )
 
@@ -36,6 +43,7 @@ class Host:
         # Workers with a free slot, in the order they got one (a dict as an ordered set:
         # taking a worker out is O(1) however many share the host).
         self.idle: dict[Worker, None] = {}
+        self.pos = -1  # in FreeHosts while it has a worker with a free slot
         self.cpu_socket = cpu_socket  # cpu id -> socket id, for --set-affinity
         self.cpu_free = set(cpu_socket)
 
@@ -86,13 +94,149 @@ class Worker:
         self.pid = pid
 
 
+class FreeHosts:
+    """The hosts with a free slot, in the order they got one, searchable by free cpus and
+    memory.
+
+    Each host holds a position (later ones to the right) in a segment tree that keeps,
+    for each node, the most free cpus and the most free memory among the hosts below it
+    (-1 where there is none). The first host that fits a task is found by going down
+    from the root into the leftmost child that could fit it: O(log hosts), and a task
+    nothing fits costs one look at the root. A host taking a task or getting one back
+    is only marked; the marked leaves are brought up to date before the next search, so
+    a round of results costs one update per host, not per task. Positions only grow:
+    when they run out, the hosts present are packed to the left in their order."""
+
+    __slots__ = ("cpus", "dirty", "front", "hosts", "memory", "next", "size")
+
+    def __init__(self) -> None:
+        self.size = 4  # leaves, a power of two
+        self.cpus = [-1] * (2 * self.size)  # node i's children: 2i, 2i + 1; leaves from size
+        self.memory = [-1] * (2 * self.size)
+        self.hosts: list[Host | None] = [None] * self.size  # by position
+        self.next = 0  # the next position to hand out
+        self.front = 0  # no host left of it
+        self.dirty: set[int] = set()  # positions whose leaf is out of date
+
+    def add(self, host: Host) -> None:
+        """``host`` got a free slot (it had none): last in the order."""
+        if self.next == self.size:
+            self._pack()
+        host.pos = pos = self.next
+        self.next += 1
+        self.hosts[pos] = host
+        self.dirty.add(pos)
+
+    def remove(self, host: Host) -> None:
+        """``host`` has no free slot left."""
+        pos = host.pos
+        host.pos = -1
+        self.hosts[pos] = None
+        self.dirty.add(pos)
+
+    def first(self, cpus: int, memory: int) -> Host | None:
+        """The first host with ``cpus`` free cpus and ``memory`` MB free, or None."""
+        hosts = self.hosts
+        front = self.front
+        while front < self.next and hosts[front] is None:
+            front += 1  # hosts only join at the end: the first one moves right only
+        self.front = front
+        if front < self.next:
+            host = hosts[front]
+            assert host is not None
+            if host.free_cpus >= cpus and host.free_memory >= memory:
+                return host  # the usual case, without the tree
+        if self.dirty:
+            self._update()
+        tc = self.cpus
+        tm = self.memory
+        if tc[1] < cpus or tm[1] < memory:
+            return None
+        size = self.size
+        i = 1
+        while i < size:
+            i <<= 1
+            if tc[i] >= cpus and tm[i] >= memory:
+                continue
+            i |= 1
+            if tc[i] >= cpus and tm[i] >= memory:
+                continue
+            # Neither child fits although their parent's most cpus and most memory did
+            # (two hosts' figures): on to the next subtree to the right that may fit.
+            i >>= 1
+            while True:
+                while i & 1:
+                    i >>= 1
+                if i <= 1:
+                    return None
+                i |= 1
+                if tc[i] >= cpus and tm[i] >= memory:
+                    break
+        return hosts[i - size]
+
+    def _update(self) -> None:
+        tc = self.cpus
+        tm = self.memory
+        size = self.size
+        hosts = self.hosts
+        for pos in self.dirty:
+            host = hosts[pos]
+            i = pos + size
+            if host is None:
+                tc[i] = tm[i] = -1
+            else:
+                tc[i] = host.free_cpus
+                tm[i] = host.free_memory
+            i >>= 1
+            while i:
+                left = i << 1
+                c = tc[left] if tc[left] >= tc[left | 1] else tc[left | 1]
+                m = tm[left] if tm[left] >= tm[left | 1] else tm[left | 1]
+                if tc[i] == c and tm[i] == m:
+                    break  # nothing above changes either
+                tc[i] = c
+                tm[i] = m
+                i >>= 1
+        self.dirty.clear()
+
+    def _pack(self) -> None:
+        """Positions ran out: the hosts present move left, in their order, into a tree
+        with room for as many again."""
+        present = [h for h in self.hosts if h is not None]
+        size = 4
+        while size < 2 * len(present):
+            size *= 2
+        self.size = size
+        self.hosts = [None] * size
+        for pos, host in enumerate(present):
+            host.pos = pos
+            self.hosts[pos] = host
+        self.next = len(present)
+        self.front = 0
+        tc = self.cpus = [-1] * (2 * size)
+        tm = self.memory = [-1] * (2 * size)
+        for pos, host in enumerate(present):
+            tc[size + pos] = host.free_cpus
+            tm[size + pos] = host.free_memory
+        for i in range(size - 1, 0, -1):
+            tc[i] = max(tc[2 * i], tc[2 * i + 1])
+            tm[i] = max(tm[2 * i], tm[2 * i + 1])
+        self.dirty.clear()
+
+
 class Resources:
-    """The pool of hosts and worker slots, and the matching of tasks to them."""
+    """The pool of hosts and worker slots, and the matching of tasks to them.
+
+    A host is in ``free_hosts`` while one of its workers has a free slot; every change
+    of a host's free slots, cpus or memory goes through the methods here, which keep
+    the index in step."""
 
     def __init__(self) -> None:
         self.hosts: dict[str, Host] = {}
         self.workers: dict[int, Worker] = {}
-        self._idle_hosts: dict[str, Host] = {}  # insertion-ordered set
+        self.free_hosts = FreeHosts()
+        self.nfree_hosts = 0  # hosts with a free slot
+        self.nfree_slots = 0  # free slots of the workers still here
         self.total_slots = 0  # of the workers still here
 
     def add_worker(
@@ -113,10 +257,20 @@ class Resources:
         host.free_slots += slots
         self.workers[rank] = worker
         self.total_slots += slots
+        self.nfree_slots += slots
         if slots > 0:
             host.idle[worker] = None
-            self._idle_hosts[hostname] = host
+            self._has_free_slot(host)
         return worker
+
+    def _has_free_slot(self, host: Host) -> None:
+        if host.pos < 0:
+            self.free_hosts.add(host)
+            self.nfree_hosts += 1
+
+    def _no_free_slot(self, host: Host) -> None:
+        self.free_hosts.remove(host)
+        self.nfree_hosts -= 1
 
     def remove_worker(self, rank: int) -> Worker | None:
         """A worker that is gone: its slots vanish (running tasks are the caller's)."""
@@ -124,11 +278,12 @@ class Resources:
         if worker is None:
             return None
         self.total_slots -= worker.slots
+        self.nfree_slots -= worker.free_slots
         host = worker.host
         if worker in host.idle:
             del host.idle[worker]
             if not host.idle:
-                self._idle_hosts.pop(host.name, None)
+                self._no_free_slot(host)
         host.workers.remove(worker)
         host.free_slots -= worker.free_slots
         worker.free_slots = 0
@@ -139,20 +294,19 @@ class Resources:
         return sum(h.cpus for h in self.hosts.values())
 
     def free_slots(self) -> int:
-        return sum(w.free_slots for h in self._idle_hosts.values() for w in h.idle)
+        return self.nfree_slots
 
     def any_idle(self) -> bool:
-        return bool(self._idle_hosts)
+        return self.nfree_hosts > 0
 
     def can_ever_run(self, cpus: int, memory: int) -> bool:
         return any(h.can_ever_run(cpus, memory) for h in self.hosts.values())
 
     def find(self, cpus: int, memory: int) -> Worker | None:
-        """A worker with a free slot on a host with enough free cpus and memory."""
-        for host in self._idle_hosts.values():
-            if host.free_cpus >= cpus and host.free_memory >= memory:
-                return next(iter(host.idle))
-        return None
+        """A worker with a free slot on a host with enough free cpus and memory: the first
+        such host in the order hosts got a free slot, its first worker to get one."""
+        host = self.free_hosts.first(cpus, memory)
+        return None if host is None else next(iter(host.idle))
 
     def allocate(self, worker: Worker, cpus: int, memory: int) -> None:
         host = worker.host
@@ -160,19 +314,25 @@ class Resources:
         host.free_memory -= memory
         host.free_slots -= 1
         worker.free_slots -= 1
+        self.nfree_slots -= 1
         if worker.free_slots == 0:
             del host.idle[worker]
             if not host.idle:
-                del self._idle_hosts[host.name]
+                self._no_free_slot(host)
+                return
+        if host.pos >= 0 and (cpus or memory):
+            self.free_hosts.dirty.add(host.pos)
 
     def release(self, worker: Worker, cpus: int, memory: int) -> None:
         host = worker.host
         host.free_cpus += cpus
         host.free_memory += memory
-        if worker.rank not in self.workers:
-            return
-        host.free_slots += 1
-        worker.free_slots += 1
-        if worker.free_slots == 1:
-            host.idle[worker] = None
-            self._idle_hosts[host.name] = host
+        if worker.rank in self.workers:
+            host.free_slots += 1
+            worker.free_slots += 1
+            self.nfree_slots += 1
+            if worker.free_slots == 1:
+                host.idle[worker] = None
+                self._has_free_slot(host)
+        if host.pos >= 0 and (cpus or memory):
+            self.free_hosts.dirty.add(host.pos)

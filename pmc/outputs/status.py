@@ -14,6 +14,7 @@ import os
 import socket
 import threading
 import time
+from itertools import islice
 from typing import Any
 
 from pmc import log
@@ -76,7 +77,9 @@ class StatusFile(Observer):
         t = self.tally
         info = t.info
         s = t.summary
-        running = [entry[0].name for entry in list(t.running.values())[:NAMES_KEPT]]
+        # The first few only (on the master's thread, so the dict holds still): a copy of
+        # every running task's entry would cost a pass over all slots each second.
+        running = [entry[0].name for entry in islice(t.running.values(), NAMES_KEPT)]
         return {
             "version": SNAPSHOT_VERSION,
             "dag": os.path.abspath(t.dag),

@@ -66,7 +66,7 @@ class Placer:
                 if self.set_affinity and cpus > 1:
                     cpu_set = worker.host.take_cpu_set(cpus)
                     affinity = tuple(cpu_set) if cpu_set else None
-                chains.start(task_id, worker, affinity)
+                chains.start(task_id, worker, affinity, (cpus, memory))
                 batches.setdefault(worker.rank, []).append(self.spec(task_id, affinity))
                 self.dispatched(task_id, worker)
                 out.host_changed(worker.host)
@@ -80,34 +80,25 @@ class Placer:
         return batches
 
     def prefetch_successors(self, batches: Batches, left: float | None) -> None:
-        """Queue ready tasks behind running ones, one more per slot each round, up to
-        the chains' depth, when they ask for no more than the task they follow (each
-        takes over that task's slot and resources)."""
+        """Queue ready tasks behind running ones, up to the chains' depth, when they ask
+        for no more than the task they follow (each takes over that task's slot and
+        resources); which chain takes each is the chains' choice (shallowest first)."""
         engine = self.engine
-        tasks = self.dag.tasks
         chains = self.chains
-        grew = True
-        while grew and engine.nready:
-            grew = False
-            for tail, _depth in chains.open_tails():
-                if not engine.nready:
-                    break
-                # Only the task that would be chosen next anyway: prefetching must not
-                # reorder priorities, nor starve a bigger task waiting for resources.
-                _key, cpus, memory = engine.ready_heads()[0]
-                before = tasks[tail]
-                if cpus > before.cpus or memory > before.memory:
-                    continue
-                if chains.holder(tail)[1]:
-                    continue  # its cpus are bound: keep them for one task at a time
-                task_id = engine.pop(cpus, memory)
-                if not self.admit(task_id, left):
-                    continue
-                worker = chains.queue(task_id, tail)
-                if self.debug:
-                    self.log_placed(task_id, worker, tail)
-                batches.setdefault(worker.rank, []).append(self.spec(task_id, None, after=tail))
-                grew = True
+        while engine.nready:
+            # Only the task that would be chosen next anyway: prefetching must not
+            # reorder priorities, nor starve a bigger task waiting for resources.
+            _key, cpus, memory = engine.ready_heads()[0]
+            tail = chains.open_tail(cpus, memory)
+            if tail < 0:
+                break
+            task_id = engine.pop(cpus, memory)
+            if not self.admit(task_id, left):
+                continue
+            worker = chains.queue(task_id, tail, (cpus, memory))
+            if self.debug:
+                self.log_placed(task_id, worker, tail)
+            batches.setdefault(worker.rank, []).append(self.spec(task_id, None, after=tail))
 
     def admit(self, task_id: int, left: float | None) -> bool:
         """False (and the task held for the next run) if it would outlast the wall time."""
