@@ -123,3 +123,56 @@ def test_clear_gives_up_on_everything() -> None:
     c.queue(2, 1)
     assert c.clear() == [1, 2]
     assert not c.running and not c.queued and not c.unstarted and c.open_tails() == []
+
+
+def test_the_next_task_waits_behind_the_shallowest_chain_that_had_room_first() -> None:
+    w1, w2, w3 = workers(3)
+    c = Chains()
+    c.start(1, w1, None, (1, 0))
+    c.start(2, w2, None, (1, 0))
+    c.start(3, w3, None, (1, 0))
+    assert c.open_tail(1, 0) == 1
+    c.queue(4, 1, (1, 0))
+    assert c.open_tail(1, 0) == 2, "every chain gets one before any gets two"
+    c.queue(5, 2, (1, 0))
+    c.queue(6, 3, (1, 0))
+    assert c.open_tail(1, 0) == 4, "then the second places, in the same order"
+    c.end(1)
+    assert c.promote(1) == 4
+    assert c.open_tail(1, 0) == 4, "4 runs now with nothing behind it: shallowest"
+
+
+def test_a_task_waits_only_behind_one_asking_for_at_least_as_much() -> None:
+    w1, w2, w3 = workers(3)
+    c = Chains()
+    c.start(1, w1, None, (1, 100))
+    c.start(2, w2, None, (4, 0))
+    c.start(3, w3, None, (4, 500))
+    assert c.open_tail(2, 0) == 2
+    assert c.open_tail(2, 200) == 3
+    assert c.open_tail(1, 100) == 1
+    assert c.open_tail(8, 0) == -1, "no chain's task asks for that many cpus"
+
+
+def test_nothing_waits_behind_a_task_bound_to_cpus() -> None:
+    w1, w2 = workers(2)
+    c = Chains()
+    c.start(1, w1, (0, 1), (2, 0))
+    assert c.open_tail(1, 0) == -1
+    c.start(2, w2, None, (2, 0))
+    assert c.open_tail(1, 0) == 2
+
+
+def test_a_chain_cut_by_returned_tasks_has_room_again() -> None:
+    (w,) = workers(1)
+    c = Chains()
+    c.start(1, w, None, (1, 0))
+    c.queue(2, 1, (1, 0))
+    c.queue(3, 2, (1, 0))
+    assert c.open_tail(1, 0) == -1, "the chain is full"
+    c.returned([3])
+    assert c.open_tail(1, 0) == 2
+    c.returned([2])
+    assert c.open_tail(1, 0) == 1
+    c.drop_worker(w.rank)
+    assert c.open_tail(1, 0) == -1, "the worker and its chains are gone"
