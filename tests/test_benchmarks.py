@@ -45,6 +45,7 @@ def test_big_dag_parses(tmp_path: Path, local: bool) -> None:
     assert len(dag) == 500 and dag.edge_count() == 500
 
 
+@pytest.mark.slow
 def test_throughput_smoke(tmp_path: Path) -> None:
     modes = "local,mpi,mpi-bound,mpi-nosock" if shutil.which("mpiexec") else "local"
     out = run("throughput.py", "--tasks", "40", "--rounds", "1", "--modes", modes,

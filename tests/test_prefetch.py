@@ -302,6 +302,7 @@ def short_and_long(tmp_path: Path) -> Path:
         f"TASK s{i} {sys.executable} -c pass\n" for i in range(30)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["local", "mpi"])
 def test_short_tasks_never_wait_for_a_long_one(mode: str, tmp_path: Path) -> None:
     dag = short_and_long(tmp_path)

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pmctest import clean_env, pmc, write_dag
 
 
@@ -51,6 +52,7 @@ def test_running_never_exceeds_slots_and_each_slot_runs_in_order(tmp_path: Path)
     assert started["accounting"] in ("cgroup-v1", "rusage")
 
 
+@pytest.mark.slow
 def test_expected_runtime_holds_for_queued_tasks(tmp_path: Path) -> None:
     """The issue's case: 15 s of wall time, 2 slots, 8 tasks of 4 s declaring 5 s, with
     prefetching. Three rounds fit (0, 4, 8 s: 15, 11, 7 s left); at 12 s the queued ones

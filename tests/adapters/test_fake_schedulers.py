@@ -253,6 +253,7 @@ def _job_rc(fakes: Fakes, job_id: str) -> int:
     return rc
 
 
+@pytest.mark.slow
 def test_until_done_chain_resumes_until_the_workflow_succeeds(fakes: Fakes) -> None:
     # 8 tasks of 2 s on 2 workers = 8 s of work; each job may run 5 s (walltime
     # 00:00:15 less a 10 s margin), so the chain needs several jobs.
@@ -289,6 +290,7 @@ def test_until_done_chain_resumes_until_the_workflow_succeeds(fakes: Fakes) -> N
         assert lines[-1].endswith("pmc run exit 0: workflow succeeded")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("scheduler", "submit_tool"), [("slurm", "sbatch"), ("pbs", "qsub")])
 def test_until_done_script_saved_and_submitted_by_hand(
     fakes: Fakes, scheduler: str, submit_tool: str
@@ -316,6 +318,7 @@ def test_until_done_script_saved_and_submitted_by_hand(
     assert status.stdout.startswith(f"chain {jobs[0]} (")
 
 
+@pytest.mark.slow
 def test_until_done_chain_stops_at_max_jobs(fakes: Fakes) -> None:
     # A job runs at most 2 rounds of 2 tasks here: 12 tasks cannot finish in 2 jobs.
     (fakes.work / "par.dag").write_text(_parallel_dag(12, 2))
@@ -336,6 +339,7 @@ def test_until_done_chain_stops_at_max_jobs(fakes: Fakes) -> None:
     assert status.stdout.splitlines()[0].endswith("2 links, ended incomplete (max-jobs)")
 
 
+@pytest.mark.slow
 def test_local_chain_runs_detached_links(fakes: Fakes) -> None:
     (fakes.work / "par.dag").write_text(_parallel_dag(6, 2))
     data = base_profile("local", walltime="00:00:15", walltime_margin="00:00:10")

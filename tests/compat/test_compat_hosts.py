@@ -113,6 +113,7 @@ def per_task_files(run: Run) -> list[str]:
     return out
 
 
+@pytest.mark.slow
 def test_per_task_stdio_restart_takes_next_number(pair: Pair, mode: str) -> None:
     """--per-task-stdio, run twice in one directory (A fails, so it runs again): the
     second run writes A.out.001 / A.err.001 and leaves the first run's .000 alone."""

@@ -253,6 +253,7 @@ def test_hundred_thousand_parents_of_one_task(scratch: Path) -> None:
     assert again.edge_count() == n
 
 
+@pytest.mark.slow
 def test_million_edge_chain(scratch: Path) -> None:
     # No recursion anywhere: a chain as long as this would overflow any stack.
     n = 1_000_001

@@ -35,6 +35,7 @@ def sample(pids: dict[str, int]) -> dict[str, tuple[int, int]]:
     return {role: (status_kb(pid, "VmRSS"), fd_count(pid)) for role, pid in pids.items()}
 
 
+@pytest.mark.slow
 def test_rss_and_fds_stay_flat(tmp_path: Path) -> None:
     (tmp_path / "w.dag").write_text("".join(f"TASK t{i:06d} /bin/true\n" for i in range(TASKS)))
     rescue = tmp_path / "w.dag.rescue"
