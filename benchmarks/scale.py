@@ -113,6 +113,11 @@ def run_master(dag_path: str, dag: Any, transport: Any, slots: int, cpus: int
     master = Master(transport, opts, dag, set(), out, "local")
     init_rss = peak_mb()
     gc.collect()
+    from pmc.commands import run as root
+
+    settle = getattr(root, "settle_heap", None)  # what this tree's pmc run does, if any
+    if settle is not None:
+        settle()
     c0 = time.process_time()
     info = master.start()
     start_cpu = time.process_time() - c0
