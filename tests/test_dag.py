@@ -828,6 +828,39 @@ def test_fast_paths_agree_with_the_slow_one(
     assert got == expected
 
 
+PEGASUS_SEQ = st.one_of(st.integers(0, 2_000_000).map(str), st.sampled_from(
+    ["0", "00", "007", "1" * 30, "x1", "+1", "\u0661", "1e3", "-1"]))
+BLANK_RUN = st.sampled_from([" ", "\t", "  ", " \t", "\r"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(
+    st.booleans(), PEGASUS_SEQ, BLANK_RUN,
+    st.lists(st.sampled_from(["tr", "dax", "pegasus::t:1.0", "ID0000001"]), max_size=3),
+    st.sampled_from(["", " ", "\t", "\r", " \r", "  "]),
+    st.sampled_from(["", "-m 1 -c 1 ", "-t 2 -p -3 "]),
+    st.sampled_from(["\n", "\r\n"])), max_size=10))
+def test_pegasus_lines_fast_and_slow_agree(
+        lines: list[tuple[bool, str, str, list[str], str, str, str]]) -> None:
+    """The "#@" shortcut (its SEQ kept as a distance from the task's id) gives the
+    Pegasus ids, lines and messages of the general code, numbered in order or not."""
+    text = ""
+    for i, (pegasus, seq, blank, fields, trail, options, end) in enumerate(lines):
+        if pegasus:
+            text += "#@" + blank + seq + "".join(blank + f for f in fields) + trail + end
+        text += f"TASK t{i} {options}/bin/true {i}{end}"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = write(Path(tmp), text)
+        expected = slow_tasks(path, text.replace("\r\n", "\n"))
+        try:
+            got: object = [(t.name, t.command, t.line, t.memory, t.cpus, t.tries, t.priority,
+                            t.pipe_forwards, t.expected_runtime, t.pegasus_id)
+                           for t in parse_dag(path).tasks]
+        except DagError as e:
+            got = str(e)
+    assert got == expected
+
+
 def test_repeated_option_text_shares_one_options_object(tmp_path: Path) -> None:
     dag = parse(tmp_path, "".join(f"TASK t{i} -m 1 -c 1 /bin/true {i}\n" for i in range(5))
                 + "TASK u -m 2 /bin/true\nTASK v -m 1 -c 1 /bin/true\n"

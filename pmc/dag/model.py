@@ -53,7 +53,7 @@ class Task:
     """
 
     __slots__ = ("_line_after_id", "_options", "_pegasus", "command", "id", "name")
-    _pegasus: str | int  # set only for a task with a Pegasus id
+    _pegasus: str | int  # set only for a task with a Pegasus id (int: SEQ - id)
 
     def __init__(
         self,
@@ -166,8 +166,10 @@ class Task:
             pegasus: str | int = self._pegasus
         except AttributeError:  # the slot of a task without one is never set
             return None
-        # The parser keeps a plain decimal SEQ as an int: 28 bytes, not 56.
-        return pegasus if type(pegasus) is str else str(pegasus)
+        # The parser keeps a plain decimal SEQ as its distance from the id: Pegasus
+        # numbers a cluster's tasks 1, 2, 3... in order, so that is one small int Python
+        # shares, not 28 bytes of int (or 56 of text) per task.
+        return pegasus if isinstance(pegasus, str) else str(self.id + pegasus)
 
     @pegasus_id.setter
     def pegasus_id(self, value: str | None) -> None:

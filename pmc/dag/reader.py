@@ -196,7 +196,9 @@ def _parse(path: str, f: BinaryIO, helper: edgehelper.EdgeHelper | None = None) 
                         last_prefix = prefix
                         cut = len(prefix)
                 if pegasus is not None:
-                    task._pegasus = pegasus
+                    # A plain decimal SEQ is kept as its distance from the id (see
+                    # Task.pegasus_id): one shared small int when SEQ counts with it.
+                    task._pegasus = pegasus - tid if isinstance(pegasus, int) else pegasus
                     task._line_after_id = lineno - 2 * tid  # see Task.line
                     pegasus = None
                 if index.setdefault(task.name, tid) != tid:
@@ -208,20 +210,21 @@ def _parse(path: str, f: BinaryIO, helper: edgehelper.EdgeHelper | None = None) 
                         f"{show(line)}",
                     )
                 add_task(task)
+            elif (
+                kind == "#@"
+                and plain
+                and len(parts) == 3
+                and (" " in (tail := parts[2].rstrip()) or "\t" in tail or "\r" in tail)
+            ):
+                # "#@ SEQ TRANSFORMATION DAX_ID ...", as Pegasus writes it before every
+                # TASK line: in an is_plain block the rest, its trailing blanks cut,
+                # holds two fields or more when it holds a blank. SEQ is an int when it
+                # reads back the same (see Task.pegasus_id); ASCII in such a block.
+                seq = parts[1]
+                pegasus = int(seq) if seq.isdigit() and seq[0] != "0" else seq
             elif kind[0] == "#":
                 if kind.startswith("#@"):
-                    if (
-                        plain
-                        and kind == "#@"
-                        and len(parts) == 3
-                        and len(parts[2].split(None, 1)) == 2
-                    ):
-                        # "#@ SEQ TRANSFORMATION DAX_ID ...": an int when it reads back
-                        # the same (see Task.pegasus_id); ASCII in an is_plain block.
-                        seq = parts[1]
-                        pegasus = int(seq) if seq.isdigit() and seq[0] != "0" else seq
-                    else:
-                        pegasus = pegasus_seq(path, lineno, line)
+                    pegasus = pegasus_seq(path, lineno, line)
             else:
                 raise DagError(
                     path,

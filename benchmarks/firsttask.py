@@ -1,0 +1,206 @@
+"""First task: wall time from the start of a run to the start of its first task, on big DAGs.
+
+    python benchmarks/firsttask.py                         # 1M tasks + 1M edges, 3 rounds
+    python benchmarks/firsttask.py --shapes options --reference /path/to/pegasus-mpi-cluster
+    python benchmarks/firsttask.py --trees old=/tmp/base,new=. --rounds 5
+
+Shapes (those of ``benchmarks/scale.py``): "plain" (``TASK t12 /bin/true -n 12``),
+"options" (``TASK t12 -m 1 -c 1 /bin/true arg12``, as planners write them) and "pegasus"
+(the same with a ``#@ SEQ TRANSFORMATION DAX_ID`` line before every TASK), n tasks and n
+"local" edges. Every task runs a small script instead of /bin/true (the same text
+length as far as the parser cares): the first one to start writes the time into a
+stamp file with ``set -C``, so later ones cannot overwrite it. The run is killed as soon
+as the stamp is there: only the time to the first task is measured.
+
+Each round runs, by turns, ``pmc run --local --workers W -q -s`` of every tree given
+(``--trees NAME=CHECKOUT,...``; default: this checkout) and, with ``--reference``, the
+reference under ``/usr/bin/mpiexec.openmpi -n W+1`` on the same DAG; rounds interleave
+so that the machine's drift falls on all alike. Reported per shape and runner: the
+median (and range) of first-task seconds, and the highest peak RSS (VmHWM, polled every
+20 ms) of the master, of the edge helper and of any other process of the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import compileall
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import PYTHON, children_of, cmdline, machine, median, pmc_env, write_big
+from scale import write_with_options
+
+OMPI_MPIEXEC = "/usr/bin/mpiexec.openmpi"
+# Runs as every task; "$0.stamp" is next to the script. set -C: only the first writes.
+_STAMP_SCRIPT = '#!/bin/sh\nset -C\n{ date +%s.%N > "$0.stamp"; } 2>/dev/null\nexit 0\n'
+
+
+def write_shape(work: Path, shape: str, n: int, script: Path) -> Path:
+    """The DAG of ``shape`` with ``script`` in place of /bin/true (written once)."""
+    path = work / f"first-{shape}-{n}.dag"
+    if path.exists():
+        return path
+    raw = work / f"raw-{shape}-{n}.dag"
+    if shape == "plain":
+        write_big(raw, n, n, local=True)
+    else:
+        write_with_options(raw, n, n, pegasus=shape == "pegasus")
+    old, new = b" /bin/true ", b" " + bytes(script) + b" "
+    with open(raw, "rb") as src, open(path, "wb") as dst:
+        for block in iter(lambda: src.read(1 << 20), b""):
+            while not block.endswith(b"\n"):  # whole lines, so no match is cut in two
+                more = src.read(4096)
+                if not more:
+                    break
+                block += more
+            dst.write(block.replace(old, new))
+    raw.unlink()
+    return path
+
+
+def _hwm_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def _descendants(pid: int) -> list[int]:
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        todo.extend(children_of(p))
+    return found
+
+
+def first_task(argv: list[str], stamp: Path, cwd: Path, env: dict[str, str],
+               timeout: float = 300) -> dict[str, float]:
+    """Start ``argv``; seconds until the stamp's time, and peak RSS by kind of process."""
+    stamp.unlink(missing_ok=True)
+    peaks = {"master": 0.0, "helper": 0.0, "other": 0.0}
+    t0 = time.time()
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    seen: set[int] = set()
+    try:
+        text = ""
+        while not text.endswith("\n"):
+            if proc.poll() is not None:
+                raise RuntimeError(f"exit {proc.returncode} before a task started: {argv}")
+            if time.time() - t0 > timeout:
+                raise RuntimeError(f"no task started in {timeout} s: {argv}")
+            master = _master(proc.pid, argv)
+            for pid in _descendants(proc.pid):
+                seen.add(pid)
+                if pid != master and cmdline(pid) == cmdline(master):
+                    continue  # forked, not yet exec'd: the master's own pages, shared
+                kind = ("master" if pid == master
+                        else "helper" if "edgehelper" in cmdline(pid) else "other")
+                peaks[kind] = max(peaks[kind], _hwm_mb(pid))
+            time.sleep(0.02)
+            try:
+                text = stamp.read_text()
+            except FileNotFoundError:
+                text = ""
+        return {"first_s": float(text) - t0, **{f"{k}_mb": v for k, v in peaks.items()}}
+    finally:
+        seen.update(_descendants(proc.pid))
+        for pid in seen:  # processes of this run only: our session, or started by it
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        proc.wait()
+
+
+def _master(pid: int, argv: list[str]) -> int:
+    """pmc's master is the process started; under mpiexec, the reference's is the
+    first rank the launcher started (the lowest pid: pids are not reused that fast)."""
+    if argv[0] != OMPI_MPIEXEC:
+        return pid
+    ranks = [p for p in children_of(pid) if "pegasus-mpi-cluster" in cmdline(p)]
+    return min(ranks, default=-1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--size", type=int, default=1_000_000, help="tasks (and edges)")
+    p.add_argument("--shapes", default="plain,options,pegasus")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--trees", default=f"pmc={Path(__file__).resolve().parent.parent}",
+                   help="NAME=CHECKOUT,...: pmc checkouts to run by turns")
+    p.add_argument("--reference", metavar="BINARY", help="the reference's binary, run too")
+    p.add_argument("--keep", metavar="DIR", help="write DAGs into DIR and keep them")
+    args = p.parse_args(argv)
+
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="pmc-first-",
+                                                                   dir=shm))
+    work.mkdir(parents=True, exist_ok=True)
+    script = work / "stamp.sh"
+    script.write_text(_STAMP_SCRIPT)
+    script.chmod(0o755)
+    stamp = Path(f"{script}.stamp")
+    trees = dict(item.split("=", 1) for item in args.trees.split(",") if item)
+    runners: dict[str, tuple[list[str], dict[str, str]]] = {}
+    for name, tree in trees.items():
+        env = pmc_env()
+        env["PYTHONPATH"] = str(Path(tree).resolve())
+        compileall.compile_dir(str(Path(tree) / "pmc"), quiet=1)  # as installed
+        runners[name] = ([PYTHON, "-m", "pmc", "run", "-q", "-s", "-o", os.devnull, "-e",
+                          os.devnull, "--local", "--workers", str(args.workers)], env)
+    if args.reference:
+        env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                   OMPI_MCA_btl_vader_single_copy_mechanism="none")
+        root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
+        runners["reference"] = ([OMPI_MPIEXEC, *root, "--oversubscribe", "-n",
+                                 str(args.workers + 1), args.reference, "-s", "-o",
+                                 os.devnull, "-e", os.devnull], env)
+    print(f"machine: {machine()}")
+    print(f"work dir: {work}; {args.size} tasks + {args.size} local edges; "
+          f"{args.rounds} interleaved rounds")
+    results: dict[tuple[str, str], list[dict[str, float]]] = {}
+    shapes = [s for s in args.shapes.split(",") if s]
+    dags = {shape: write_shape(work, shape, args.size, script) for shape in shapes}
+    for r in range(args.rounds):
+        for shape in shapes:
+            for name, (cmd, env) in runners.items():
+                got = first_task([*cmd, str(dags[shape])], stamp, work, env)
+                results.setdefault((shape, name), []).append(got)
+                print(f"round {r + 1} {shape:8s} {name:10s} first task {got['first_s']:6.2f} s"
+                      f"  master {got['master_mb']:4.0f} MB  helper {got['helper_mb']:4.0f} MB"
+                      f"  other {got['other_mb']:4.0f} MB", flush=True)
+                for suffix in (".rescue", ".resource", ".status.json"):
+                    Path(f"{dags[shape]}{suffix}").unlink(missing_ok=True)
+    parts = []
+    for (shape, name), got in results.items():
+        firsts = [g["first_s"] for g in got]
+        peak = {k: max(g[f"{k}_mb"] for g in got) for k in ("master", "helper", "other")}
+        line = (f"{shape} {name}: first task median {median(firsts):.2f} s "
+                f"({min(firsts):.2f}-{max(firsts):.2f}), peak master {peak['master']:.0f} MB, "
+                f"helper {peak['helper']:.0f} MB, other {peak['other']:.0f} MB")
+        print(line)
+        parts.append(line)
+    print("SUMMARY firsttask: " + "; ".join(parts))
+    if not args.keep:
+        for path in work.iterdir():
+            path.unlink()
+        work.rmdir()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
