@@ -244,6 +244,19 @@ def pmc_run_argv(site: Site, dag: str) -> list[str]:
             *(str(a) for a in p.get("args", [])), dag]
 
 
+def status_argv(site: Site, dag: str) -> list[str]:
+    """``pmc status`` of the run's DAG (and its rescue log, if the profile names one),
+    inside the container if any: the workflow's own record of how it ended."""
+    rescue = site.pmc.get("rescue")
+    argv = [*site.pmc.get("command", ["pmc"]), "status", dag,
+            *(["--rescue", str(rescue)] if rescue else [])]
+    c = site.container
+    if c is None:
+        return argv
+    return [c.runtime, "exec", *(a for b in c.binds for a in ("--bind", b)), *c.args,
+            c.image, *argv]
+
+
 def command_argv(site: Site, dag: str) -> list[str]:
     """What the launcher starts on every rank: pmc run, inside the container if any."""
     run = pmc_run_argv(site, dag)
@@ -339,6 +352,16 @@ def render_script(
         "rc=$?",
         'echo "pmc: run exited with status $rc (job ${PMC_JOB_ID:-?}, chain link'
         ' $PMC_CHAIN_INDEX)" >&2',
+        "# The launcher's status is not the workflow's when a rank was lost (it reports",
+        "# the lost rank's death): take pmc's own record (0 ok, 1 failed, 3 incomplete).",
+        'if [ "$rc" -ne 0 ] && [ "$rc" -ne 2 ]; then',
+        f"    {shlex.join(status_argv(site, dag))} >/dev/null 2>&1",
+        "    pmc_recorded=$?",
+        '    case $pmc_recorded in',
+        '        0|1|3) [ "$pmc_recorded" -ne "$rc" ] && echo "pmc: the workflow\'s record'
+        ' says status $pmc_recorded; the script exits with it" >&2; rc=$pmc_recorded ;;',
+        "    esac",
+        "fi",
     ]
     if max_jobs > 1:
         lines += _chain_end(sched, site, max_jobs, script_path)

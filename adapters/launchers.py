@@ -15,12 +15,14 @@ Launch = Callable[[int, int, int, Sequence[str], Sequence[str]], list[str]]
 def srun(
     ranks: int, per_node: int, cpus: int, extra: Sequence[str], cmd: Sequence[str]
 ) -> list[str]:
-    # pmi2 starts mpi4py from the pip MPICH correctly; --kill-on-bad-exit ends the step
-    # when one rank dies instead of leaving the others waiting for it.
+    # pmi2 starts mpi4py from the pip MPICH correctly. The step outlives a rank that
+    # dies (--kill-on-bad-exit=0) or a node that fails (--no-kill): pmc's master runs
+    # the lost worker's tasks elsewhere.
     return [
         "srun",
         "--mpi=pmi2",
-        "--kill-on-bad-exit=1",
+        "--kill-on-bad-exit=0",
+        "--no-kill",
         f"--ntasks={ranks}",
         f"--ntasks-per-node={per_node}",
         f"--cpus-per-task={cpus}",
@@ -33,9 +35,15 @@ def mpiexec(
     ranks: int, per_node: int, cpus: int, extra: Sequence[str], cmd: Sequence[str]
 ) -> list[str]:
     # MPICH (Hydra) spelling; an Open MPI site adds its own mapping in launcher_args.
-    return ["mpiexec", "-n", str(ranks), "-ppn", str(per_node), *extra, *cmd]
+    # -disable-auto-cleanup: the job outlives a rank that dies (Hydra may still end it
+    # when the dead rank was killed by a signal: docs/reliability.md).
+    return ["mpiexec", "-disable-auto-cleanup", "-n", str(ranks), "-ppn", str(per_node),
+            *extra, *cmd]
 
 
+# aprun and poe have no switch to outlive a rank: ALPS and POE end the whole
+# application when one rank dies. The script's status is still the workflow's (pmc
+# status), and a chained script resumes from the rescue log.
 def aprun(
     ranks: int, per_node: int, cpus: int, extra: Sequence[str], cmd: Sequence[str]
 ) -> list[str]:

@@ -52,6 +52,8 @@ class RunOptions:
     worker_slots: int = 1
     prefetch: bool = True  # queue the next task behind each running one
     host_sockets: bool = True  # MPI: workers on the master's host use a Unix socket
+    worker_timeout: float = 60.0  # seconds of silence after which a worker is lost
+    max_worker_losses: int = 2  # lost workers a task may take down before it fails
     # Observability
     log_format: str = "text"  # "text" or "json"
     log_file: str | None = None
@@ -341,6 +343,14 @@ OPTIONS: tuple[Option, ...] = (
            "MPI mode: workers on the master's host talk to it through MPI too, not a Unix "
            "socket", kind="flag", extension=True, profile="pmc.no_host_sockets",
            field="host_sockets", to_field=_not),
+    Option(("--worker-timeout",), "worker_timeout",
+           "a worker silent this long is lost: its tasks run again elsewhere (default 60)",
+           metavar="SECONDS", type=_seconds, default=60.0, extension=True,
+           profile="pmc.worker_timeout", worker=True),
+    Option(("--max-worker-losses",), "max_worker_losses",
+           "a task that was running on this many lost workers fails (default 2)",
+           metavar="N", type=_positive_int, default=2, extension=True,
+           profile="pmc.max_worker_losses"),
     Option(("--log-format",), "log_format",
            "log lines as text (default) or one JSON object per line",
            choices=("text", "json"), default="text", extension=True,

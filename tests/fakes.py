@@ -49,6 +49,8 @@ class InstantWorkers:
                 for s in msg[1]])))
         elif tag == protocol.SHUTDOWN:
             self.inbox.append((dest, (protocol.BYE, None)))
+        elif tag == protocol.PING:
+            self.inbox.append((dest, (protocol.PING,)))
 
     def poll(self, timeout: float | None) -> list[tuple[int, protocol.Message]]:
         out = list(self.inbox)
@@ -60,6 +62,9 @@ class InstantWorkers:
 
     def lost(self) -> list[int]:
         return []
+
+    def abandon(self, rank: int) -> None:
+        pass
 
     def close(self) -> None:
         pass

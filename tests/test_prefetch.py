@@ -126,6 +126,9 @@ class SimWorkers:
         lost, self._lost = self._lost, []
         return lost
 
+    def abandon(self, rank: int) -> None:
+        pass
+
     def close(self) -> None:
         pass
 

@@ -28,6 +28,10 @@ worker has ready. The sequence of a run:
 
 At any point after CONFIG:
 
+    worker -> master   PING()                            (nothing else sent for a quarter
+    master -> worker   PING()                             of --worker-timeout: a peer
+                                                          silent for all of it is lost)
+
     worker -> master   ERROR(message)                    (the worker cannot start)
     worker -> master   WORKER_FAILED(hostname, traceback)  (its loop died of an unexpected
                                                           exception: the traceback's last
@@ -38,7 +42,9 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-VERSION = 5  # 4: STARTED, starts with RESULTS, START carries the wall time left; 5: WORKER_FAILED
+# 4: STARTED, starts with RESULTS, START carries the wall time left; 5: WORKER_FAILED;
+# 6: PING, worker_timeout in WorkerConfig
+VERSION = 6
 
 CONFIG = 1
 HELLO = 2
@@ -55,6 +61,7 @@ RETURNED = 12
 FORWARD = 13
 STARTED = 14
 WORKER_FAILED = 15  # worker -> master: its loop died of an unexpected exception
+PING = 16  # either way: "still here", sent only after a quiet spell (any message counts)
 
 # The status of a try that failed for a reason of pmc's, not the task's own exit: the
 # program could not be started, its output files not opened, its forwarded files not read
@@ -83,6 +90,7 @@ class WorkerConfig(NamedTuple):
     host_script: str | None
     host_script_timeout: float  # seconds before SIGALRM
     log_format: str  # "text" or "json"
+    worker_timeout: float = 60.0  # seconds of silence before a peer counts as lost
 
 
 class TaskSpec(NamedTuple):

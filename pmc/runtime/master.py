@@ -28,6 +28,7 @@ from pmc.errors import FatalError
 from pmc.options import RunOptions
 from pmc.runtime import startup
 from pmc.runtime.forward import ForwardFiles, default_maxfds
+from pmc.runtime.losses import BEAT_CHECK, Losses
 from pmc.runtime.placement import Placer
 from pmc.runtime.summary import Counts
 from pmc.transport import Transport, TransportError
@@ -40,7 +41,7 @@ SYNC_CHECK = 0.0005  # how soon to look again while rescue records are being syn
 Finished = list[tuple[TaskResult, str | None]]  # tries that ended, with the master's error
 
 
-class Master:
+class Master(Losses):
     def __init__(self, transport: Transport, opts: RunOptions, dag: DAG, done: set[int],
                  out: Observer, mode: str) -> None:
         self.t = transport
@@ -76,6 +77,15 @@ class Master:
         self.gave_up = False  # tasks killed by the stop never reported: may still write
         self.signal_received: int | None = None
         self.ranks_alive: set[int] = set(range(1, transport.size))
+        # Heartbeats (see protocol.PING): when each worker was last heard from and last
+        # sent anything, by the loop's clock (read once a turn, not once a message).
+        self.clock = time.monotonic()
+        self.heard: dict[int, float] = {}
+        self.sent: dict[int, float] = {}
+        self.beat_due = 0.0
+        self.losses = array("i", bytes(4 * len(dag)))  # lost workers each task was on
+        self.host_losses: dict[str, int] = {}
+        self.quarantined: set[str] = set()
         # Log levels, fixed for the run: per-task lines cost one attribute test when off.
         self.debug = log.enabled(log.DEBUG)
         self.trace = log.enabled(log.TRACE)
@@ -87,6 +97,7 @@ class Master:
             self.send(rank, msg)
 
     def send(self, rank: int, msg: protocol.Message) -> None:
+        self.sent[rank] = self.clock
         try:
             self.t.send(rank, msg)
         except TransportError:
@@ -142,6 +153,9 @@ class Master:
             self.out.host_changed(host)
         self.out.flush()
         chains = self.chains
+        self.clock = time.monotonic()
+        self.heard = dict.fromkeys(self.ranks_alive, self.clock)
+        self.beat_due = self.clock + BEAT_CHECK
         while True:
             self.complete_synced()
             if self.stop_reason is None:
@@ -182,13 +196,18 @@ class Master:
         if left is not None:
             timeout = max(0.0, min(timeout, left))
         msgs = self.t.poll(timeout)
+        self.clock = now = time.monotonic()
         # Before the results: when a batch system signals every rank at once, tasks
         # its SIGTERM killed on the workers are stopped, not failed.
         self.check_signal()
         results: list[TaskResult] = []
         starts: list[tuple[int, float]] = []
         failed: list[protocol.Message] = []
+        alive, heard = self.ranks_alive, self.heard
         for rank, msg in msgs:
+            if rank not in alive:
+                continue  # given up on: its tasks are someone else's now
+            heard[rank] = now
             tag = msg[0]
             if tag == protocol.RESULTS:
                 results.extend(msg[1])
@@ -214,6 +233,8 @@ class Master:
             self.worker_lost(rank)
         for rank in self.t.lost():
             self.worker_lost(rank)
+        if now >= self.beat_due:
+            self.heartbeats(now)
         if self.prefetch and chains.queued and not self.engine.accepting():
             # The failure limit stops the run: what waits on workers goes back.
             self.recall(list(chains.queued))
@@ -427,31 +448,6 @@ class Master:
                 log.error(f"Error writing {len(data)} bytes to {dest} for task {name}")
                 return f"Task {name} failed due to I/O forwarding errors: {dest}: {e.strerror}"
         return None
-
-    def worker_lost(self, rank: int) -> None:
-        if rank not in self.ranks_alive:
-            return
-        self.ranks_alive.discard(rank)
-        worker = self.resources.remove_worker(rank)
-        running, queued = self.chains.drop_worker(rank)
-        for tid, affinity in running:
-            task = self.dag.tasks[tid]
-            if worker is not None:
-                # The slot went with the worker; its host gets the cpus and memory back.
-                self.resources.release(worker, task.cpus, task.memory)
-                if affinity:
-                    worker.host.give_cpu_set(list(affinity))
-            self.forward_errors.pop(tid, None)
-            self.engine.requeue(tid)
-            if self.stop_reason is None:
-                self.mark_ready(tid)
-        for tid in queued:  # never started, never seen by observers: ready again
-            self.engine.requeue(tid)
-        log.error(f"Worker {rank} was lost; {len(running)} task(s) it was running will "
-                  "run again elsewhere" if running else f"Worker {rank} was lost")
-        if not self.ranks_alive and self.stop_reason is None:
-            log.fatal("No workers left")
-            self.stop("no workers left")
 
     def check_signal(self) -> None:
         sig = self.signal_received

@@ -53,9 +53,8 @@ class Worker:
         raise_nofile()
         self.hostname = socket.gethostname()
         self.base_env = task_environment(os.environ)
-        t = transport
         launcher = self.launcher = Launcher(config, self.rank, self.hostname, self.base_env,
-                                            lambda msg: t.send(0, msg))
+                                            self.send)
         self.poller = launcher.poller
         self.running = launcher.running  # pid -> Running (the launcher's own dict)
         self.running_ids = launcher.running_ids
@@ -76,6 +75,10 @@ class Worker:
         self.term_requested = False
         self.inbox: deque[protocol.Message] = deque()  # received, not yet handled
         self.last_activity = time.monotonic()  # polling transports: last message or exit
+        # Heartbeats: after a quiet quarter of --worker-timeout this worker says it is
+        # still here (any message counts); a master silent for all of it is gone.
+        self.beat = config.worker_timeout / 4
+        self.last_sent = self.last_heard = time.monotonic()
         fd = transport.fileno()
         if fd is not None:
             self.poller.add(fd, "master")
@@ -84,6 +87,18 @@ class Worker:
         # on top of that round trip let the queued tasks run out (MPI 0.53 -> 0.59 of
         # the spawn floor, in 7 of 8 interleaved pairs of runs).
         self.result_hold = RESULT_HOLD if fd is not None else 0.0
+
+    def send(self, msg: protocol.Message) -> None:
+        self.t.send(0, msg)
+        self.last_sent = time.monotonic()
+
+    def heartbeat(self, now: float) -> None:
+        """A PING when nothing went to the master for a while; the master's silence for
+        all of --worker-timeout means it is gone (its own PINGs keep a quiet one heard)."""
+        if now - self.last_sent >= self.beat:
+            self.send((protocol.PING,))
+        if now - self.last_heard > self.cfg.worker_timeout:
+            raise TransportError(f"no word from the master for {self.cfg.worker_timeout:g} s")
 
     # -- start-up ------------------------------------------------------------------
 
@@ -198,6 +213,8 @@ class Worker:
         elif tag == protocol.KILL:
             self.refusing = True  # the master stops the run: nothing starts any more
             self.kill_all()
+        elif tag == protocol.PING:
+            pass  # the master is there: heard already
         elif tag == protocol.SHUTDOWN:
             log.trace(f"Worker {self.rank}: Got shutdown message")
             self.stopping = True
@@ -208,6 +225,7 @@ class Worker:
         polling = self.t.fileno() is None
         launcher = self.launcher
         delay = 0.0001
+        self.last_sent = self.last_heard = time.monotonic()
         while not (self.stopping and not self.running):
             if self.term_requested:
                 self.term_requested = False
@@ -215,7 +233,7 @@ class Worker:
             if self.kill_deadline is not None and time.monotonic() >= self.kill_deadline:
                 self.kill_all(signal.SIGKILL)
                 self.kill_deadline = None
-            timeout: float | None = None
+            timeout: float | None = self.beat
             if polling:
                 # Every running task has its successor queued: nothing the master sends
                 # is urgent, and each task's exit wakes us anyway.
@@ -248,6 +266,10 @@ class Worker:
             if polling or got_message:
                 self.inbox.extend(m for _src, m in self.t.poll(0))
             had_messages = bool(self.inbox)
+            now = time.monotonic()
+            if had_messages:
+                self.last_heard = now
+            self.heartbeat(now)
             while self.inbox:
                 self.handle(self.inbox.popleft())
             if polling:
@@ -263,7 +285,7 @@ class Worker:
             # (which would otherwise tell it the successor started in its place).
             if self.returned:
                 returned, self.returned = self.returned, []
-                self.t.send(0, (protocol.RETURNED, returned))
+                self.send((protocol.RETURNED, returned))
             if launcher.results:
                 now = time.monotonic()
                 if self.held_since is None:
@@ -274,7 +296,7 @@ class Worker:
                 # Tasks started with no result to carry the news: the master counts them
                 # queued until it hears (one message per batch of tasks, not per task).
                 starts, launcher.starts = launcher.starts, []
-                self.t.send(0, (protocol.STARTED, starts))
+                self.send((protocol.STARTED, starts))
         self.send_results()
 
     def send_results(self) -> None:
@@ -283,7 +305,7 @@ class Worker:
             results, launcher.results = launcher.results, []
             starts, launcher.starts = launcher.starts, []
             self.held_since = None
-            self.t.send(0, (protocol.RESULTS, results, starts))
+            self.send((protocol.RESULTS, results, starts))
 
     def hungry(self) -> bool:
         """Does a running task lack a successor (or none run)? Then the master must hear

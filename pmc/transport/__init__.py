@@ -33,6 +33,10 @@ class Transport(Protocol):
         workers on the master's host)."""
         ...
 
+    def abandon(self, rank: int) -> None:
+        """The master gives up on a worker (lost, or silent too long): stop talking to
+        it, and make sure it does not go on (an embedded worker is killed)."""
+
     def close(self) -> None: ...
 
 

@@ -83,6 +83,15 @@ class LocalMaster:
         lost, self._lost = self._lost, []
         return lost
 
+    def abandon(self, rank: int) -> None:
+        conn = self.conns.get(rank)
+        if conn is not None:
+            self._drop(conn)
+            self._lost.remove(rank)  # the master knows
+        proc = self.procs.get(rank)
+        if proc is not None and proc.poll() is None:
+            proc.kill()  # a stopped or hung worker; its guard ends its tasks
+
     def _drop(self, conn: Conn) -> None:
         if conn.rank in self.conns:
             del self.conns[conn.rank]
@@ -146,6 +155,9 @@ class LocalWorker:
 
     def lost(self) -> list[int]:
         return []
+
+    def abandon(self, rank: int) -> None:
+        pass
 
     def close(self) -> None:
         self.sock.close()

@@ -21,6 +21,13 @@ is the master's connects and introduces itself with its rank and the token; any 
 answers "no" through MPI. What the master sends a worker before its answer waits, and
 goes the way the answer says: each worker's messages take one way only and cannot
 overtake each other.
+
+Lost ranks: MPI errors raise (mpi4py's ERRORS_RETURN on the communicator) rather than
+abort. Hydra (``mpiexec -disable-auto-cleanup``) tells the other ranks that one died
+with SIGUSR1, whose default would kill them: every rank catches it. The master never
+blocks on a worker: its sends through MPI are non-blocking, and a send to a dead rank
+(a large one waits for the receiver for ever) is left behind when the master gives up
+on that rank (``abandon``).
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from __future__ import annotations
 import os
 import secrets
 import selectors
+import signal
 import socket
 import struct
 import time
@@ -52,6 +60,12 @@ class MpiTransport:
     def __init__(self, sleep_on_recv: bool = True, spin: bool = True,
                  host_sockets: bool = True) -> None:
         self.comm = MPI.COMM_WORLD
+        self.comm.Set_errhandler(MPI.ERRORS_RETURN)
+        signal.signal(signal.SIGUSR1, _peer_died)
+        # Master: sends through MPI not yet complete, per rank (the request keeps the
+        # pickled buffer alive); ranks given up on.
+        self._pending: dict[int, list[MPI.Request]] = {}
+        self._abandoned: set[int] = set()
         self.spin = _SPIN if spin else 0.0
         self.rank = int(self.comm.Get_rank())
         self.size = int(self.comm.Get_size())
@@ -207,10 +221,40 @@ class MpiTransport:
                 self._drop(conn)
                 raise TransportError(f"cannot send to rank {dest}: {e}") from e
             return
+        if dest in self._abandoned:
+            raise TransportError(f"rank {dest} was given up on")
         try:
-            self.comm.send(msg, dest=dest, tag=0)
+            if self.rank != 0:
+                self.comm.send(msg, dest=dest, tag=0)
+                return
+            req = self.comm.isend(msg, dest=dest, tag=0)
+            if not req.Test():  # an eager send is done at once
+                self._pending.setdefault(dest, []).append(req)
         except MPI.Exception as e:
             raise TransportError(f"cannot send to rank {dest}: {e}") from e
+
+    def _progress(self) -> None:
+        """Rank 0: forget the sends that completed."""
+        for dest, reqs in list(self._pending.items()):
+            left = [r for r in reqs if not r.Test()]
+            if left:
+                self._pending[dest] = left
+            else:
+                del self._pending[dest]
+
+    def abandon(self, rank: int) -> None:
+        """Stop talking to ``rank``: its socket closes (a worker that wakes up finds the
+        master gone), unfinished sends are left behind, and nothing more goes to it."""
+        self._abandoned.add(rank)
+        self._pending.pop(rank, None)
+        self._waiting.pop(rank, None)
+        self._undecided.discard(rank)
+        self._mpi_ranks.discard(rank)
+        conn = self.conns.get(rank)
+        if conn is not None:
+            self._drop(conn)
+            self._lost.remove(rank)  # the master knows
+        _LOST_PEER.append(rank)
 
     def _drain(self, out: list[tuple[int, Message]]) -> None:
         status = self._status
@@ -237,6 +281,8 @@ class MpiTransport:
         """Wait for the sockets up to ``timeout`` (or nap, without any), then look at
         MPI."""
         out: list[tuple[int, Message]] = []
+        if self._pending:
+            self._progress()
         if self.sel is not None:
             self._wait_sockets(timeout, out)
         elif timeout > 0:
@@ -326,3 +372,14 @@ class MpiTransport:
         if self.sel is not None:
             self.sel.close()
             self.sel = None
+        deadline = time.monotonic() + _SETTLE
+        while self._pending and time.monotonic() < deadline:
+            self._progress()  # the last messages (SHUTDOWN) to live workers
+            time.sleep(0.01)
+
+
+_LOST_PEER: list[object] = []  # a rank died (SIGUSR1) or was given up on
+
+
+def _peer_died(signum: int, frame: object) -> None:
+    _LOST_PEER.append(signum)

@@ -224,7 +224,7 @@ def launch(tool: str, args: list[str]) -> int:
         ranks = int(args[args.index("-n") + 1])
         i = 0
         while i < len(args) and args[i].startswith("-"):
-            i += 2
+            i += 1 if args[i] == "-disable-auto-cleanup" else 2  # the one without a value
         cmd = args[i:]
     # The real mpiexec must not mistake this for a Slurm or PBS job it could use.
     env = {k: v for k, v in os.environ.items() if not k.startswith(SCHED_PREFIXES[:4])}

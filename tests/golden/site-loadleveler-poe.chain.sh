@@ -44,6 +44,15 @@ trap 'pmc_term=1; echo "pmc: batch script got SIGTERM" >&2' TERM
 poe pmc run --site example-loadleveler --host-memory 32768 --host-cpus 16 --max-wall-time 170 workflow.dag
 rc=$?
 echo "pmc: run exited with status $rc (job ${PMC_JOB_ID:-?}, chain link $PMC_CHAIN_INDEX)" >&2
+# The launcher's status is not the workflow's when a rank was lost (it reports
+# the lost rank's death): take pmc's own record (0 ok, 1 failed, 3 incomplete).
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 2 ]; then
+    pmc status workflow.dag >/dev/null 2>&1
+    pmc_recorded=$?
+    case $pmc_recorded in
+        0|1|3) [ "$pmc_recorded" -ne "$rc" ] && echo "pmc: the workflow's record says status $pmc_recorded; the script exits with it" >&2; rc=$pmc_recorded ;;
+    esac
+fi
 pmc_outcome=""
 case $rc in
     0) pmc_outcome=succeeded ;;

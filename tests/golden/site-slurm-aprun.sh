@@ -21,4 +21,13 @@ trap 'pmc_term=1; echo "pmc: batch script got SIGTERM" >&2' TERM
 aprun -n 8 -N 1 -d 32 pmc run --site example-cray-slurm --host-cpus 32 --max-wall-time 230 --worker-slots 32 workflow.dag
 rc=$?
 echo "pmc: run exited with status $rc (job ${PMC_JOB_ID:-?}, chain link $PMC_CHAIN_INDEX)" >&2
+# The launcher's status is not the workflow's when a rank was lost (it reports
+# the lost rank's death): take pmc's own record (0 ok, 1 failed, 3 incomplete).
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 2 ]; then
+    pmc status workflow.dag >/dev/null 2>&1
+    pmc_recorded=$?
+    case $pmc_recorded in
+        0|1|3) [ "$pmc_recorded" -ne "$rc" ] && echo "pmc: the workflow's record says status $pmc_recorded; the script exits with it" >&2; rc=$pmc_recorded ;;
+    esac
+fi
 exit "$rc"

@@ -1,0 +1,157 @@
+"""Lost workers: how the master notices them (heartbeats) and what it does about them.
+
+A worker is lost when its connection breaks, it reports its own failure, or it is silent
+for --worker-timeout (workers PING after a quiet quarter of it; so does the master, that
+they know it is there). Its running and queued tasks are ready again without counting as
+tries; a task that was running on --max-worker-losses lost workers fails for good (it
+may be what kills them); a host that loses ``QUARANTINE_AFTER`` workers gets no more
+tasks, unless it is the last one with workers. A mixin of ``Master``: these are its
+methods, kept apart by job.
+"""
+
+from __future__ import annotations
+
+import time
+from array import array
+
+from pmc import log
+from pmc.core import protocol
+from pmc.core.chains import Chains
+from pmc.core.engine import Engine
+from pmc.core.events import Observer
+from pmc.core.protocol import TaskResult
+from pmc.core.resources import Resources
+from pmc.dag import DAG
+from pmc.options import RunOptions
+from pmc.transport import Transport, TransportError
+
+BEAT_CHECK = 1.0  # how often silent workers are looked for
+QUARANTINE_AFTER = 2  # lost workers after which a host gets no more tasks
+
+Finished = list[tuple[TaskResult, str | None]]
+
+
+class Losses:
+    # The master's state these methods use (set by Master.__init__).
+    t: Transport
+    opts: RunOptions
+    dag: DAG
+    engine: Engine
+    resources: Resources
+    chains: Chains
+    out: Observer
+    seq: array[int]
+    ranks_alive: set[int]
+    forward_errors: dict[int, str]
+    stop_reason: str | None
+    clock: float
+    heard: dict[int, float]
+    sent: dict[int, float]
+    beat_due: float
+    losses: array[int]
+    host_losses: dict[str, int]
+    quarantined: set[str]
+
+    def send(self, rank: int, msg: protocol.Message) -> None: ...
+    def mark_ready(self, task_id: int) -> None: ...
+    def complete(self, finished: Finished) -> None: ...
+    def recall(self, task_ids: list[int]) -> None: ...
+    def stop(self, reason: str) -> None: ...
+
+    def heartbeats(self, now: float) -> None:
+        """Workers silent for --worker-timeout are lost; those the master has sent
+        nothing for a while get a PING, so that they know it is there."""
+        self.beat_due = now + BEAT_CHECK
+        timeout = self.opts.worker_timeout
+        for rank in [r for r in self.ranks_alive if now - self.heard.get(r, now) > timeout]:
+            self.worker_lost(rank, f"silent for {timeout:g} s")
+        quiet = now - timeout / 4
+        for rank in [r for r in self.ranks_alive if self.sent.get(r, now) <= quiet]:
+            self.send(rank, (protocol.PING,))
+
+    def worker_lost(self, rank: int, why: str | None = None) -> None:
+        """A worker died, broke its connection or went silent: its running and queued
+        tasks are ready again, the tries not counted, but a task that was running on
+        --max-worker-losses lost workers fails. A silent one is told to stop should it
+        wake up, and not heard any more."""
+        if rank not in self.ranks_alive:
+            return
+        self.ranks_alive.discard(rank)
+        if why is not None:
+            for msg in ((protocol.KILL,), (protocol.SHUTDOWN,)):
+                try:
+                    self.t.send(rank, msg)
+                except TransportError:
+                    break
+        self.t.abandon(rank)
+        worker = self.resources.remove_worker(rank)
+        running, queued = self.chains.drop_worker(rank)
+        doomed: list[int] = []
+        for tid, affinity in running:
+            task = self.dag.tasks[tid]
+            if worker is not None:
+                # The slot went with the worker; its host gets the cpus and memory back.
+                self.resources.release(worker, task.cpus, task.memory)
+                if affinity:
+                    worker.host.give_cpu_set(list(affinity))
+            self.forward_errors.pop(tid, None)
+            self.losses[tid] += 1
+            if self.losses[tid] >= self.opts.max_worker_losses:
+                doomed.append(tid)
+                continue
+            self.engine.requeue(tid)
+            if self.stop_reason is None:
+                self.mark_ready(tid)
+        for tid in queued:  # never started, never seen by observers: ready again
+            self.engine.requeue(tid)
+        how = f" ({why})" if why else ""
+        again = len(running) - len(doomed)
+        log.error(f"Worker {rank} was lost{how}; {again} task(s) it was running will "
+                  "run again elsewhere" if again else f"Worker {rank} was lost{how}")
+        for tid in doomed:
+            self.fail_lost(tid, rank)
+        if worker is not None:
+            self.host_lost_worker(worker.host.name)
+        if not self.ranks_alive and self.stop_reason is None:
+            log.fatal("No workers left")
+            self.stop("no workers left")
+
+    def fail_lost(self, tid: int, rank: int) -> None:
+        """A task whose workers keep being lost under it (it may be what kills them)
+        fails for good, with the reason in its record."""
+        task = self.dag.tasks[tid]
+        n = self.losses[tid]
+        reason = (f"Task {task.name} failed: {n} workers were lost while it ran on them "
+                  f"(the last, worker {rank}); --max-worker-losses is "
+                  f"{self.opts.max_worker_losses}")
+        log.error(reason)
+        engine = self.engine
+        engine.attempts[tid] = max(engine.attempts[tid], engine.tries_of(tid))  # no retry
+        res = TaskResult(id=tid, attempt=engine.attempts[tid], status=protocol.FAILED_STATUS,
+                         start=time.time(), duration=0.0, cpu_time=0.0, max_rss_kb=None,
+                         error=reason, forwards=None)
+        self.out.ended(task, self.seq[tid], res, reason)
+        self.complete([(res, reason)])
+
+    def host_lost_worker(self, host: str) -> None:
+        """A host that keeps losing workers gets no more tasks (its other workers finish
+        what they run), unless it is the last host with workers."""
+        n = self.host_losses[host] = self.host_losses.get(host, 0) + 1
+        if n < QUARANTINE_AFTER or host in self.quarantined:
+            return
+        res = self.resources
+        others = [w for w in res.workers.values() if w.host.name != host]
+        if not others:
+            log.warn(f"Host {host} lost {n} workers, but it is the last host with workers: "
+                     "it keeps getting tasks")
+            return
+        self.quarantined.add(host)
+        mine = [w for w in res.workers.values() if w.host.name == host]
+        log.error(f"Host {host} lost {n} workers: quarantined, no more tasks go there "
+                  f"({len(mine)} worker(s) on it finish what they run)")
+        for w in mine:
+            res.remove_worker(w.rank)
+        self.recall([tid for tid, (w, _pred) in self.chains.queued.items()
+                     if w.host.name == host])
+        if mine:
+            self.out.host_changed(mine[0].host)
