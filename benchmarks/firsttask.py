@@ -114,6 +114,10 @@ def first_task(argv: list[str], stamp: Path, cwd: Path, env: dict[str, str],
                 text = stamp.read_text()
             except FileNotFoundError:
                 text = ""
+            if text.endswith("\n") and float(text) < t0:
+                # A task of the run before, killed as it started: not this run's.
+                stamp.unlink(missing_ok=True)
+                text = ""
         return {"first_s": float(text) - t0, **{f"{k}_mb": v for k, v in peaks.items()}}
     finally:
         seen.update(_descendants(proc.pid))

@@ -781,6 +781,7 @@ def test_run_unicode_spaces_reach_the_program_inside_words(tmp_path: Path) -> No
 OPTION_WORDS = st.sampled_from([
     "-m", "-c", "-t", "-p", "--request-memory", "--request-cpus", "--tries", "--priority",
     "--expected-runtime", "-f", "--", "1", "0", "2.5", "-1", "x", "1e3", "A=/tmp/a", "10",
+    "0007", "1234567", "12345678", "+3", "9999999999999999999999",
 ])
 
 

@@ -19,10 +19,13 @@ from pmc.dag import edgehelper
 from pmc.dag.graph import build_dag
 from pmc.dag.lines import edge_ids, is_plain, read_blocks, reason, show, split_fields
 from pmc.dag.model import DAG, DEFAULT_OPTIONS, DagError, Task, TaskOptions, new_task
-from pmc.dag.taskline import SIMPLE_OPTIONS, parse_task, pegasus_seq
+from pmc.dag.taskline import SIMPLE_OPTIONS, option_values, parse_task, pegasus_seq
 from pmc.dag.words import has_quoting
 
-_KNOWN_OPTIONS = 4096  # distinct option texts kept: -p with a number per task is common
+# Distinct option texts and values kept and shared: "-p" with a number per task is
+# common. Past this many, a task with options no line before had gets a TaskOptions of
+# its own (~100 bytes).
+_KNOWN_OPTIONS = 1 << 16
 # Bytes read and decoded at a time. Small enough that a block's bytes, text and lines
 # stay in the CPU's cache while its lines are parsed, and that these short-lived buffers
 # leave no holes in the heap: a megabyte cost a million-task parse 10 MB of peak RSS.
@@ -164,9 +167,16 @@ def _parse(path: str, f: BinaryIO, helper: edgehelper.EdgeHelper | None = None) 
                         options = last_options
                     elif plain and (m := simple_options(rest)) is not None:
                         # Options as planners write them, the same on many lines
-                        # ("-m 1 -c 1"): parsed once (below), then shared.
+                        # ("-m 1 -c 1"): parsed once, then shared; whole numbers here,
+                        # the rest by parse_task (below).
                         prefix = m.group()
                         found = known.get(prefix)
+                        if found is None and (found := option_values(prefix)) is not None:
+                            # Equal options, one object; a new text is kept while
+                            # there is room ("-p 17" on one line, "-p 18" on the next).
+                            found = known.get(found, found)
+                            if len(known) < _KNOWN_OPTIONS:
+                                known[prefix] = known[found] = found
                         if found is not None:
                             command = rest[m.end() :].rstrip()
                             options = last_options = found

@@ -1,8 +1,9 @@
 """A TASK line's options and command, and a ``#@`` line's Pegasus id: the slow path.
 
-The reader (``pmc.dag.reader``) takes the common TASK lines itself; every line with
-quoting, options it has not seen, or something wrong comes here. Owns the task options
-of the format and the checks of their values.
+The reader (``pmc.dag.reader``) takes the common TASK lines itself, with
+``option_values`` for options as planners write them (``-m 1 -c 1 -p 7``, whole numbers);
+every line with quoting, other options or values, or something wrong comes to
+``parse_task``. Owns the task options of the format and the checks of their values.
 
 Extension to the reference format: the task option ``--expected-runtime SECONDS`` (a
 non-negative number) sets ``Task.expected_runtime``. The reference rejects it as an
@@ -16,7 +17,7 @@ import re
 import struct
 
 from pmc.dag.lines import all_fields, show
-from pmc.dag.model import DagError, Task
+from pmc.dag.model import DagError, Task, TaskOptions
 from pmc.dag.words import SPACE, SPACE_RUN, has_quoting, shell_words, split_words
 
 _OPTIONS = {
@@ -64,6 +65,34 @@ def pegasus_seq(path: str, lineno: int, line: str) -> str:
             f"{show(line)}",
         )
     return fields[1]
+
+
+def option_values(prefix: str) -> TaskOptions | None:
+    """The options of a TASK line's ``prefix`` that ``SIMPLE_OPTIONS`` matched, in a block
+    ``is_plain`` vouches for, when every value is a whole number of at most seven digits:
+    what ``parse_task`` makes of them, without the words of the whole line. None for any
+    other value: ``parse_task`` then takes the line, and words the message of a bad one."""
+    words = prefix.split()
+    memory = 0
+    cpus = 1
+    tries: int | None = None
+    priority = 0
+    for i in range(0, len(words), 2):
+        value = words[i + 1]
+        if not (value.isdigit() and len(value) <= 7):  # ASCII digits in such a block
+            return None
+        what = _OPTIONS[words[i]]
+        if what == "memory":
+            memory = int(value)
+        elif what == "cpus":
+            cpus = int(value)
+        elif what == "tries":
+            tries = int(value)
+        elif what == "priority":
+            priority = int(value)
+        else:  # --expected-runtime: a number of seconds, not always whole
+            return None
+    return TaskOptions(memory, cpus, tries, priority)
 
 
 def parse_task(path: str, lineno: int, line: str, parts: list[str], tid: int) -> Task:
