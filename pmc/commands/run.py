@@ -65,7 +65,7 @@ def _run_mpi(opts: RunOptions, observers: list[Observer]) -> int:
     if transport.rank != 0:
         from pmc.runtime import worker
 
-        return worker.run(transport)
+        return _leave_mpi(worker.run(transport))
     if transport.size < 2:
         log.fatal("At least one worker process is required")
         return ExitCode.FAILED
@@ -85,6 +85,21 @@ def _run_mpi(opts: RunOptions, observers: list[Observer]) -> int:
         for rank in range(1, transport.size):
             transport.send(rank, (SHUTDOWN,))
         transport.close()
+    return _leave_mpi(code)
+
+
+def _leave_mpi(code: int) -> int:
+    """After a rank was lost MPI_Finalize (mpi4py calls it at exit) waits for it for
+    ever: leave at once instead, with everything written."""
+    from pmc.transport.mpi import peer_lost
+
+    if peer_lost():
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
     return code
 
 

@@ -23,7 +23,7 @@ worker has ready. The sequence of a run:
     worker -> master   RETURNED([task id, ...])          (queued tasks given back, unstarted)
     master -> worker   KILL()                            (abort: kill running tasks, give
                                                           back queued ones)
-    master -> worker   SHUTDOWN()
+    master -> worker   SHUTDOWN(worker_lost)              (whether a worker was lost)
     worker -> master   BYE(error_or_None)
 
 At any point after CONFIG:

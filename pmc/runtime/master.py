@@ -470,7 +470,8 @@ class Master(Losses):
         if self.debug:
             for rank in sorted(pending):
                 log.debug(f"Sending shutdown message to worker {rank}")
-        self.broadcast((protocol.SHUTDOWN,))
+        # Whether a worker was lost: MPI workers then leave without MPI_Finalize.
+        self.broadcast((protocol.SHUTDOWN, bool(self.host_losses)))
         deadline = time.monotonic() + BYE_TIMEOUT
         while pending & self.ranks_alive and time.monotonic() < deadline:
             for rank, msg in self.t.poll(SIGNAL_CHECK):

@@ -32,6 +32,7 @@ on that rank (``abandon``).
 
 from __future__ import annotations
 
+import atexit
 import os
 import secrets
 import selectors
@@ -43,7 +44,7 @@ import time
 from mpi4py import MPI
 
 from pmc import log
-from pmc.core.protocol import Message
+from pmc.core.protocol import SHUTDOWN, Message
 from pmc.transport import TransportError, look_interval
 from pmc.transport.local import LocalWorker
 from pmc.transport.stream import RECV, Conn, frame
@@ -62,6 +63,9 @@ class MpiTransport:
         self.comm = MPI.COMM_WORLD
         self.comm.Set_errhandler(MPI.ERRORS_RETURN)
         signal.signal(signal.SIGUSR1, _peer_died)
+        # Hydra sends it whenever a rank exits, also at the end of a good run: ignored
+        # (not caught) from exit on, since Python puts the default back as it ends.
+        atexit.register(signal.signal, signal.SIGUSR1, signal.SIG_IGN)
         # Master: sends through MPI not yet complete, per rank (the request keeps the
         # pickled buffer alive); ranks given up on.
         self._pending: dict[int, list[MPI.Request]] = {}
@@ -292,6 +296,16 @@ class MpiTransport:
         return out
 
     def poll(self, timeout: float | None) -> list[tuple[int, Message]]:
+        out = self._poll(timeout)
+        if self.rank != 0 and out:
+            # The master's SHUTDOWN says whether a rank was lost: then MPI_Finalize
+            # would wait for it (peer_lost).
+            for _src, msg in out:
+                if msg[0] == SHUTDOWN and len(msg) > 1 and msg[1]:
+                    _LOST_PEER.append(msg)
+        return out
+
+    def _poll(self, timeout: float | None) -> list[tuple[int, Message]]:
         if self._direct is not None:
             return self._direct.poll(timeout)
         out = self._wait(0)
@@ -338,7 +352,7 @@ class MpiTransport:
             left = None if deadline is None else max(0.0, deadline - now)
             if self._direct is not None or (self.rank == 0 and not self._mpi_ranks):
                 # Connected, or every worker is, just now: wait rather than look.
-                return self.poll(left)
+                return self._poll(left)
             if left == 0:
                 return out
 
@@ -379,6 +393,12 @@ class MpiTransport:
 
 
 _LOST_PEER: list[object] = []  # a rank died (SIGUSR1) or was given up on
+
+
+def peer_lost() -> bool:
+    """Has a rank died (or exited: Hydra says so too) or been given up on? Then
+    MPI_Finalize may wait for it for ever: the caller leaves without it."""
+    return bool(_LOST_PEER)
 
 
 def _peer_died(signum: int, frame: object) -> None:
