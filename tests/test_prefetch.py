@@ -4,6 +4,7 @@ rules step by step (deterministic, no processes); real runs check what users see
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections import Counter, deque
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 from pmctest import pmc, pmc_mpi, rescue_done, write_dag
 
+from pmc import log
 from pmc.core import protocol
 from pmc.core.events import Observer
 from pmc.core.protocol import TaskResult, TaskSpec
@@ -270,7 +272,15 @@ class FailingWorkers(SimWorkers):
 def test_a_failed_worker_is_lost_and_its_tasks_run_elsewhere(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     sim = FailingWorkers(3, {"s0": 5}, lose={1: 3})
-    master, watch, summary = run_sim(tmp_path, tasks(30), sim)
+    # pmc's logger stops propagating once a run in this process has set logging up, and
+    # an earlier test may have left it quiet: set it up, and hear it directly.
+    log.setup(log.INFO)
+    logger = logging.getLogger("pmc")
+    logger.addHandler(caplog.handler)
+    try:
+        master, watch, summary = run_sim(tmp_path, tasks(30), sim)
+    finally:
+        logger.removeHandler(caplog.handler)
     assert summary.ok and summary.succeeded == 30
     assert watch.matches(sim)
     errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]

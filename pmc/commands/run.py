@@ -17,7 +17,8 @@ import gc
 import os
 import signal
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pmc import log, logsetup
@@ -219,7 +220,8 @@ def _run_with_transport(opts: RunOptions, dag: DAG, done: set[int], out: Observe
             _end_of_run_lines(master, summary)
             write_summary(summary)
             if not master.gave_up:
-                merged = sink.merge(transport.size)
+                merged = sink.merge(transport.size,
+                                    between=lambda: master.ping_quiet(time.monotonic()))
             else:
                 sink.pending = True
         else:
@@ -340,8 +342,10 @@ class TaskOutput:
             else:
                 self.err_fd = _open_output(o.stderr, "stderr")
 
-    def merge(self, size: int, warn_missing: bool = True) -> bool:
-        """Append every worker's files; False (and an error line) if one could not be."""
+    def merge(self, size: int, warn_missing: bool = True,
+              between: Callable[[], None] = lambda: None) -> bool:
+        """Append every worker's files; False (and an error line) if one could not be.
+        ``between`` runs before each file (the master's heartbeats)."""
         self.pending = False
         if self.opts.per_task_stdio:
             return True
@@ -354,6 +358,7 @@ class TaskOutput:
                                      ("stderr", self.err_fd, sys.stderr)):
                 path = f"{dag}.{kind[3:]}.{rank}"
                 log.trace(f"Merging {kind} file: {path}")
+                between()
                 try:
                     if fd < 0:
                         stream.flush()

@@ -65,7 +65,13 @@ class Losses:
         timeout = self.opts.worker_timeout
         for rank in [r for r in self.ranks_alive if now - self.heard.get(r, now) > timeout]:
             self.worker_lost(rank, f"silent for {timeout:g} s")
-        quiet = now - timeout / 4
+        self.ping_quiet(now)
+
+    def ping_quiet(self, now: float) -> None:
+        """A PING to the workers the master has sent nothing for a while: also after the
+        loop, while it merges their output, so that idle workers do not take its
+        silence for its loss."""
+        quiet = now - self.opts.worker_timeout / 4
         for rank in [r for r in self.ranks_alive if self.sent.get(r, now) <= quiet]:
             self.send(rank, (protocol.PING,))
 
