@@ -326,7 +326,8 @@ def test_metric_names_follow_prometheus_conventions() -> None:
                      "pmc_task_duration_seconds_bucket", "pmc_slots", "pmc_slots_busy",
                      "pmc_cpus", "pmc_cpus_busy", "pmc_resource_utilization",
                      "pmc_forwarded_bytes_total", "pmc_workflow_wall_seconds",
-                     "pmc_workflow_info"):
+                     "pmc_workflow_info", "pmc_workers", "pmc_workers_lost_total",
+                     "pmc_workers_replaced_total", "pmc_hosts_quarantined"):
         assert expected in names
 
 

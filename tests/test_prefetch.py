@@ -4,9 +4,11 @@ rules step by step (deterministic, no processes); real runs check what users see
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from collections import Counter, deque
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +17,14 @@ from pmctest import pmc, pmc_mpi, rescue_done, write_dag
 
 from pmc import log
 from pmc.core import protocol
-from pmc.core.events import Observer
+from pmc.core.events import Fanout, Observer
 from pmc.core.protocol import TaskResult, TaskSpec
 from pmc.dag import Task, parse_dag
+from pmc.logsetup import LogOutput
 from pmc.options import RunOptions
+from pmc.outputs.eventlog import EventLog
+from pmc.outputs.metrics import make_registry
+from pmc.outputs.tally import Tally
 from pmc.runtime.master import Master
 
 
@@ -32,9 +38,11 @@ class SimWorkers:
     rank = 0
 
     def __init__(self, workers: int, steps: dict[str, int], slots: int = 1,
-                 lose: dict[int, int] | None = None) -> None:
+                 lose: dict[int, int] | None = None,
+                 hosts: dict[int, str] | None = None) -> None:
         self.size = workers + 1
         self.slots = slots
+        self.hosts = hosts or {}  # rank -> host name (default "sim")
         self.steps = steps  # task name -> steps it runs (default 1)
         self.lose = lose or {}  # rank -> step at which the worker dies
         self.running: dict[int, dict[int, list[Any]]] = {r: {} for r in range(1, self.size)}
@@ -56,7 +64,8 @@ class SimWorkers:
         if dest in self.dead:
             return
         if tag == protocol.CONFIG:
-            self.out.append((dest, (protocol.HELLO, protocol.VERSION, "sim", 64, 1 << 20,
+            self.out.append((dest, (protocol.HELLO, protocol.VERSION,
+                                    self.hosts.get(dest, "sim"), 64, 1 << 20,
                                     self.slots, 0, {})))
         elif tag == protocol.TASKS:
             self.specs.extend(msg[1])
@@ -150,13 +159,15 @@ class Watch(Observer):
 
 
 def run_sim(tmp_path: Path, dag_text: str, sim: SimWorkers,
-            **opts: Any) -> tuple[Master, Watch, Any]:
+            observers: Sequence[Observer] = (), **opts: Any) -> tuple[Master, Watch, Any]:
     dag_path = write_dag(tmp_path / "sim.dag", dag_text)
     watch = Watch()
     master = Master(sim, RunOptions(dag=str(dag_path), nolock=True, **opts),
-                    parse_dag(str(dag_path)), set(), watch, "local")
+                    parse_dag(str(dag_path)), set(), Fanout([watch, *observers]), "local")
     try:
-        master.start()
+        info = master.start()
+        for obs in observers:
+            obs.started(info)
         summary = master.loop()
         master.shutdown_workers()
     finally:
@@ -290,6 +301,118 @@ def test_a_failed_worker_is_lost_and_its_tasks_run_elsewhere(
     # Its slots went with it; every cpu of the host is free again.
     host = master.resources.hosts["sim"]
     assert host.free_cpus == host.cpus and host.free_slots == 2
+
+
+class Losses(Observer):
+    """The lost workers, replacements and quarantined hosts observers hear of."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[Any, ...]] = []
+
+    def worker_lost(self, rank: int, host: str, slots: int, reason: str,
+                    rerun: int) -> None:
+        self.events.append(("lost", rank, host, slots, reason, rerun))
+
+    def worker_joined(self, rank: int, host: str, slots: int, replaces: int) -> None:
+        self.events.append(("joined", rank, host, slots, replaces))
+
+    def host_quarantined(self, host: str, reason: str, slots: int) -> None:
+        self.events.append(("quarantined", host, reason, slots))
+
+
+def read_events(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def sample(registry: Any, name: str) -> float:
+    value = registry.get_sample_value(name, {"dag": "sim.dag", "site": "", "batch_job": "",
+                                             "chain": ""})
+    assert value is not None, name
+    return float(value)
+
+
+def test_a_lost_worker_is_an_event_a_count_and_a_metric(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("PMC_SITE_NAME", "PMC_JOB_ID", "SLURM_JOB_ID", "PBS_JOBID", "LOADL_STEP_ID",
+                "PMC_CHAIN_ID"):
+        monkeypatch.delenv(var, raising=False)
+    sim = SimWorkers(3, {"s0": 5}, lose={1: 3})
+    seen, tally = Losses(), Tally(str(tmp_path / "sim.dag"))
+    events = LogOutput("json", str(tmp_path / "ev.jsonl"))
+    _m, _w, summary = run_sim(tmp_path, tasks(30), sim, [seen, tally, EventLog(events)])
+    events.close()
+    assert summary.ok and summary.succeeded == 30
+    assert seen.events == [("lost", 1, "sim", 1, "its connection broke", 1)]
+    assert (tally.workers_lost, tally.workers, tally.slots) == (1, 2, 2)
+    registry = make_registry(tally)
+    assert sample(registry, "pmc_workers_lost_total") == 1
+    assert sample(registry, "pmc_workers_replaced_total") == 0
+    assert sample(registry, "pmc_hosts_quarantined") == 0
+    assert (sample(registry, "pmc_workers"), sample(registry, "pmc_slots")) == (2, 2)
+    lost = [e for e in read_events(tmp_path / "ev.jsonl") if e["event"] == "worker.lost"]
+    assert [(e["rank"], e["host"], e["slots"], e["reason"], e["tasks_rerun"])
+            for e in lost] == [(1, "sim", 1, "its connection broke", 1)]
+
+
+def test_a_host_that_loses_two_workers_is_quarantined(tmp_path: Path) -> None:
+    hosts = {1: "a", 2: "a", 3: "a", 4: "b", 5: "b"}
+    sim = SimWorkers(5, {"s0": 4, "s1": 8}, lose={1: 3, 2: 6}, hosts=hosts)
+    seen, tally = Losses(), Tally(str(tmp_path / "sim.dag"))
+    events = LogOutput("json", str(tmp_path / "ev.jsonl"))
+    _m, _w, summary = run_sim(tmp_path, tasks(60), sim, [seen, tally, EventLog(events)])
+    events.close()
+    assert summary.ok and summary.succeeded == 60
+    assert [e[:2] for e in seen.events] == [("lost", 1), ("lost", 2), ("quarantined", "a")]
+    assert seen.events[2] == ("quarantined", "a", "lost 2 workers", 1)
+    recalled = max(i for i, sent in enumerate(sim.sent) if sent == (3, protocol.RECALL))
+    assert (3, protocol.TASKS) not in sim.sent[recalled:], "no more tasks go to host a"
+    assert tally.hosts_quarantined == ["a"] and tally.slots == 2
+    assert sample(make_registry(tally), "pmc_hosts_quarantined") == 1
+    quarantined = [e for e in read_events(tmp_path / "ev.jsonl")
+                   if e["event"] == "host.quarantined"]
+    assert [(e["host"], e["reason"], e["slots"]) for e in quarantined] == [
+        ("a", "lost 2 workers", 1)]
+
+
+class SpawningWorkers(SimWorkers):
+    """Simulated workers whose transport starts one in place of a lost one, as the
+    embedded one does: the next rank."""
+
+    def spawn(self) -> int:
+        rank = self.size
+        self.size += 1
+        for per_rank in (self.running, self.queued, self.held):
+            per_rank[rank] = {} if per_rank is not self.held else []  # type: ignore[index]
+        return rank
+
+
+def test_a_lost_worker_is_replaced_as_often_as_there_were_workers(tmp_path: Path) -> None:
+    # Two workers, four losses: the first two are replaced (ranks 3 and 4), then no more.
+    sim = SpawningWorkers(2, {}, lose={1: 3, 3: 8, 4: 14, 2: 20})
+    seen, tally = Losses(), Tally(str(tmp_path / "sim.dag"))
+    master, _w, summary = run_sim(tmp_path, tasks(80), sim, [seen, tally])
+    assert [e[:2] for e in seen.events] == [("lost", 1), ("joined", 3), ("lost", 3),
+                                            ("joined", 4), ("lost", 4), ("lost", 2)]
+    assert seen.events[1] == ("joined", 3, "sim", 1, 1)
+    assert master.replacements_left == 0
+    # The last worker lost with no replacement left: the run stops with tasks to do.
+    assert not summary.ok
+    ran_on = {r for what, _n, r in sim.log if what == "start"}
+    assert {3, 4} <= ran_on
+    assert (tally.workers_joined, tally.workers_lost) == (2, 4)
+
+
+def test_a_replacement_keeps_the_slots(tmp_path: Path) -> None:
+    sim = SpawningWorkers(2, {"s0": 5}, lose={1: 3})
+    tally = Tally(str(tmp_path / "sim.dag"))
+    master, watch, summary = run_sim(tmp_path, tasks(40), sim, [tally])
+    assert summary.ok and summary.succeeded == 40
+    assert watch.matches(sim)
+    assert tally.slots == 2 and tally.workers == 2
+    assert sorted(master.resources.workers) == [2, 3]
+    assert master.resources.workers[3].host_rank == 0, "the lost worker's host rank"
+    for name in sim.lost_queued:
+        assert len([n for what, n, _r in sim.log if what == "start" and n == name]) == 1
 
 
 def test_max_failures_turns_prefetching_off(tmp_path: Path) -> None:

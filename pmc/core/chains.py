@@ -46,6 +46,7 @@ class Chains:
         # task with none behind it).
         self._tails: dict[int, int] = {}
         self._recalling: set[int] = set()  # queued tasks asked back, not returned yet
+        self._closed: set[int] = set()  # ranks no task may queue on (quarantined hosts)
         # What each running or queued task that may have a successor asks for (a task
         # bound to cpus may not: it is not here).
         self._kind: dict[int, Kind] = {}
@@ -202,9 +203,19 @@ class Chains:
             cut.append(pred)
             back.append(tid)
         for pred in cut:
-            if pred not in self._next and (pred in self.running or pred in self.queued):
+            if pred not in self._next and (pred in self.running or pred in self.queued) \
+                    and self.holder(pred)[0].rank not in self._closed:
                 self._set_tail(pred, self.depth(pred))
         return back, refused
+
+    def close_worker(self, rank: int) -> None:
+        """No more tasks queue on this worker (its host is quarantined): its chains get
+        no room, now or when tasks come back from them."""
+        self._closed.add(rank)
+        for table in (self.running, self.queued):
+            for tid, (w, _) in table.items():
+                if w.rank == rank:
+                    self._tails.pop(tid, None)
 
     def drop_worker(self, rank: int) -> tuple[list[tuple[int, Affinity]], list[int]]:
         """A worker is gone: its running tasks (with their cpu sets) and its queued ones,

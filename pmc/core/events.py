@@ -124,6 +124,18 @@ class Observer:
     def host_changed(self, host: Host) -> None:
         """Free slots, cpus or memory of a host changed."""
 
+    def worker_lost(self, rank: int, host: str, slots: int, reason: str,
+                    rerun: int) -> None:
+        """A worker was lost (its link broke, it failed, or it was silent too long): its
+        ``slots`` are gone, and ``rerun`` tasks it was running are ready again."""
+
+    def worker_joined(self, rank: int, host: str, slots: int, replaces: int) -> None:
+        """A worker started in place of lost worker ``replaces`` took up its ``slots``."""
+
+    def host_quarantined(self, host: str, reason: str, slots: int) -> None:
+        """A host that kept losing workers gets no more tasks: the ``slots`` of the
+        workers left on it are out of use (they finish what they run)."""
+
     def flush(self) -> None:
         """End of one turn of the master's loop."""
 
@@ -184,6 +196,16 @@ class Fanout(Observer):
 
     def host_changed(self, host: Host) -> None:
         self._each("host_changed", host)
+
+    def worker_lost(self, rank: int, host: str, slots: int, reason: str,
+                    rerun: int) -> None:
+        self._each("worker_lost", rank, host, slots, reason, rerun)
+
+    def worker_joined(self, rank: int, host: str, slots: int, replaces: int) -> None:
+        self._each("worker_joined", rank, host, slots, replaces)
+
+    def host_quarantined(self, host: str, reason: str, slots: int) -> None:
+        self._each("host_quarantined", host, reason, slots)
 
     def flush(self) -> None:
         self._each("flush")

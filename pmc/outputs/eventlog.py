@@ -1,13 +1,15 @@
 """The event log: one structured event per task state transition, and the run's start and end.
 
 ``EventLog`` is the observer that writes the events (ready, dispatched, started, finished
-/ failed, retried, held; the workflow start and end with the run's totals) to the run's
+/ failed, retried, held; workers lost and joined, hosts quarantined; the workflow start
+and end with the run's totals) to the run's
 ``LogOutput`` (``pmc.logsetup``). In text mode these are DEBUG lines, in JSON
 mode all of them are written. The per-task JSON events (four or five a task) are the one
 hot path: on the master's loop they are only recorded (a tuple appended to the output's
 held-back lines), and rendered together at the next write or flush, straight into the
 exact text the structlog chain would make of them — microseconds a task instead of tens.
-The rarer events (workflow start and end, hosts, held tasks) go through structlog.
+The rarer events (workflow start and end, hosts, held tasks, lost workers) go through
+structlog.
 
 The event names and fields are documented in docs/observability.md.
 """
@@ -133,6 +135,17 @@ class EventLog(Observer):
 
     def held(self, task: Task, reason: str) -> None:
         self.emit("task.held", task=task.name, reason=reason)
+
+    def worker_lost(self, rank: int, host: str, slots: int, reason: str,
+                    rerun: int) -> None:
+        self.emit("worker.lost", rank=rank, host=host, slots=slots, reason=reason,
+                  tasks_rerun=rerun)
+
+    def worker_joined(self, rank: int, host: str, slots: int, replaces: int) -> None:
+        self.emit("worker.joined", rank=rank, host=host, slots=slots, replaces=replaces)
+
+    def host_quarantined(self, host: str, reason: str, slots: int) -> None:
+        self.emit("host.quarantined", host=host, reason=reason, slots=slots)
 
     def flush(self) -> None:
         now = time.monotonic()

@@ -155,15 +155,24 @@ class PmcCollector(Collector):
                                   "to the master's files (-f / -F)", value=t.forwarded)
 
         slots = t.slots
-        yield GaugeMetricFamily("pmc_slots", "Task slots of all workers", value=slots)
+        yield GaugeMetricFamily("pmc_slots", "Task slots in use: the workers' at the "
+                                "start, less lost workers' and quarantined hosts', plus "
+                                "replacements'", value=slots)
         yield GaugeMetricFamily("pmc_slots_busy", "Task slots running a task",
                                 value=len(t.running))
         yield GaugeMetricFamily("pmc_cpus", "Cpus of all hosts",
                                 value=info.cpus if info else 0)
         yield GaugeMetricFamily("pmc_cpus_busy", "Cpus requested by running tasks",
                                 value=t.cpus_busy)
-        yield GaugeMetricFamily("pmc_workers", "Worker ranks",
-                                value=info.workers if info else 0)
+        yield GaugeMetricFamily("pmc_workers", "Worker ranks now (lost ones gone, "
+                                "replacements counted)", value=t.workers)
+        yield CounterMetricFamily("pmc_workers_lost", "Workers lost (link broken, failed, "
+                                  "or silent for --worker-timeout)", value=t.workers_lost)
+        yield CounterMetricFamily("pmc_workers_replaced", "Workers started in place of "
+                                  "lost ones (embedded mode)", value=t.workers_joined)
+        yield GaugeMetricFamily("pmc_hosts_quarantined", "Hosts that get no more tasks "
+                                "after losing workers repeatedly",
+                                value=len(t.hosts_quarantined))
         yield GaugeMetricFamily(
             "pmc_resource_utilization",
             "Summed task runtime / (wall time x slots), as in the end-of-run log line",

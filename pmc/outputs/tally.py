@@ -58,6 +58,13 @@ class Tally(Observer):
         self.host_runtime: dict[str, float] = {}
         self.host_slots: dict[str, int] = {}
         self.failed_names: list[str] = []  # permanently failed, in order
+        # Workers lost and started in their place, hosts quarantined; the slots and
+        # workers these took away or brought, against the counts at the start.
+        self.workers_lost = 0
+        self.workers_joined = 0
+        self.hosts_quarantined: list[str] = []
+        self.slots_change = 0
+        self.workers_change = 0
 
     # -- hooks -----------------------------------------------------------------------------
 
@@ -122,6 +129,21 @@ class Tally(Observer):
     def held(self, task: Task, reason: str) -> None:
         self.held_n += 1
 
+    def worker_lost(self, rank: int, host: str, slots: int, reason: str,
+                    rerun: int) -> None:
+        self.workers_lost += 1
+        self.workers_change -= 1
+        self.slots_change -= slots
+
+    def worker_joined(self, rank: int, host: str, slots: int, replaces: int) -> None:
+        self.workers_joined += 1
+        self.workers_change += 1
+        self.slots_change += slots
+
+    def host_quarantined(self, host: str, reason: str, slots: int) -> None:
+        self.hosts_quarantined.append(host)
+        self.slots_change -= slots
+
     def finished(self, summary: Summary) -> None:
         self.summary = summary
         self.running.clear()
@@ -142,7 +164,14 @@ class Tally(Observer):
 
     @property
     def slots(self) -> int:
-        return self.info.slots if self.info is not None else 0
+        """Task slots in use now: those of the start, less those of lost workers and
+        quarantined hosts, plus those of workers started in their place."""
+        return self.info.slots + self.slots_change if self.info is not None else 0
+
+    @property
+    def workers(self) -> int:
+        """Workers now: those of the start, less the lost, plus their replacements."""
+        return self.info.workers + self.workers_change if self.info is not None else 0
 
     def wall(self) -> float:
         if self.summary is not None:
@@ -152,8 +181,10 @@ class Tally(Observer):
         return max(0.0, time.time() - self.info.start)
 
     def utilization(self) -> float:
-        """Summed task runtime / (wall x slots): the end-of-run figure, so far."""
+        """Summed task runtime / (wall x slots): the end-of-run figure, so far (with
+        the slots of the start, as that figure)."""
         wall = self.wall()
-        if wall <= 0 or self.slots <= 0:
+        slots = self.info.slots if self.info is not None else 0
+        if wall <= 0 or slots <= 0:
             return 0.0
-        return self.runtime / (wall * self.slots)
+        return self.runtime / (wall * slots)

@@ -5,8 +5,11 @@ for --worker-timeout (workers PING after a quiet quarter of it; so does the mast
 they know it is there). Its running and queued tasks are ready again without counting as
 tries; a task that was running on --max-worker-losses lost workers fails for good (it
 may be what kills them); a host that loses ``QUARANTINE_AFTER`` workers gets no more
-tasks, unless it is the last one with workers. A mixin of ``Master``: these are its
-methods, kept apart by job.
+tasks, unless it is the last one with workers. In embedded mode a lost worker is
+replaced (at most as many times as the run started with workers): the transport starts
+a new rank, which gets the run's CONFIG and START as the first ones did (its host rank
+the lost one's, the host script again if the lost one ran it), and takes up the slots
+once it has said hello. A mixin of ``Master``: these are its methods, kept apart by job.
 """
 
 from __future__ import annotations
@@ -19,16 +22,31 @@ from pmc.core import protocol
 from pmc.core.chains import Chains
 from pmc.core.engine import Engine
 from pmc.core.events import Observer
-from pmc.core.protocol import TaskResult
-from pmc.core.resources import Resources
+from pmc.core.protocol import TaskResult, WorkerConfig
+from pmc.core.resources import Resources, Worker
 from pmc.dag import DAG
+from pmc.errors import FatalError
 from pmc.options import RunOptions
+from pmc.runtime import startup
 from pmc.transport import Transport, TransportError
 
 BEAT_CHECK = 1.0  # how often silent workers are looked for
 QUARANTINE_AFTER = 2  # lost workers after which a host gets no more tasks
 
 Finished = list[tuple[TaskResult, str | None]]
+
+
+class Joiner:
+    """A worker started in place of a lost one, until it takes up the slots."""
+
+    __slots__ = ("deadline", "hello", "host", "host_rank", "replaces")
+
+    def __init__(self, replaces: int, host: str, host_rank: int, deadline: float) -> None:
+        self.replaces = replaces
+        self.host = host
+        self.host_rank = host_rank
+        self.deadline = deadline
+        self.hello: protocol.Message | None = None  # kept while it runs the host script
 
 
 class Losses:
@@ -51,7 +69,12 @@ class Losses:
     losses: array[int]
     host_losses: dict[str, int]
     quarantined: set[str]
+    benched: dict[int, str]  # quarantined hosts' workers (out of resources): their host
+    config: WorkerConfig | None
+    joining: dict[int, Joiner]
+    replacements_left: int
 
+    def remaining(self) -> float | None: ...
     def send(self, rank: int, msg: protocol.Message) -> None: ...
     def mark_ready(self, task_id: int) -> None: ...
     def complete(self, finished: Finished) -> None: ...
@@ -65,6 +88,8 @@ class Losses:
         timeout = self.opts.worker_timeout
         for rank in [r for r in self.ranks_alive if now - self.heard.get(r, now) > timeout]:
             self.worker_lost(rank, f"silent for {timeout:g} s")
+        for rank in [r for r, j in self.joining.items() if now > j.deadline]:
+            self.worker_lost(rank, f"no hello within {startup.HELLO_TIMEOUT:.0f} s")
         self.ping_quiet(now)
 
     def ping_quiet(self, now: float) -> None:
@@ -80,6 +105,9 @@ class Losses:
         tasks are ready again, the tries not counted, but a task that was running on
         --max-worker-losses lost workers fails. A silent one is told to stop should it
         wake up, and not heard any more."""
+        if rank in self.joining:
+            self.join_failed(rank, why or "its connection broke")
+            return
         if rank not in self.ranks_alive:
             return
         self.ranks_alive.discard(rank)
@@ -114,11 +142,19 @@ class Losses:
         again = len(running) - len(doomed)
         log.error(f"Worker {rank} was lost{how}; {again} task(s) it was running will "
                   "run again elsewhere" if again else f"Worker {rank} was lost{how}")
+        host = worker.host.name if worker is not None else self.benched.pop(rank, "")
+        self.out.worker_lost(rank, host, worker.slots if worker is not None else 0,
+                             why or "its connection broke", again)
         for tid in doomed:
             self.fail_lost(tid, rank)
         if worker is not None:
             self.host_lost_worker(worker.host.name)
-        if not self.ranks_alive and self.stop_reason is None:
+            if worker.host.name not in self.quarantined:
+                self.replace(worker)
+        self.check_workers_left()
+
+    def check_workers_left(self) -> None:
+        if not self.ranks_alive and not self.joining and self.stop_reason is None:
             log.fatal("No workers left")
             self.stop("no workers left")
 
@@ -157,7 +193,94 @@ class Losses:
                   f"({len(mine)} worker(s) on it finish what they run)")
         for w in mine:
             res.remove_worker(w.rank)
+            self.chains.close_worker(w.rank)
+            self.benched[w.rank] = host
+        self.out.host_quarantined(host, f"lost {n} workers", sum(w.slots for w in mine))
         self.recall([tid for tid, (w, _pred) in self.chains.queued.items()
                      if w.host.name == host])
         if mine:
             self.out.host_changed(mine[0].host)
+
+    # -- replacements (embedded mode) -------------------------------------------------------
+
+    def replace(self, lost: Worker) -> None:
+        """Start a worker in place of ``lost``, if the transport can (embedded mode), the
+        run goes on, and the replacements are not used up."""
+        spawn = getattr(self.t, "spawn", None)
+        if (spawn is None or self.config is None or self.replacements_left <= 0
+                or self.stop_reason is not None or self.engine.finished()):
+            return
+        try:
+            rank: int = spawn()
+        except OSError as e:
+            log.error(f"Cannot start a worker in place of worker {lost.rank}: {e}")
+            return
+        self.replacements_left -= 1
+        self.joining[rank] = Joiner(lost.rank, lost.host.name, lost.host_rank,
+                                    self.clock + startup.HELLO_TIMEOUT)
+        log.info(f"Starting worker {rank} in place of worker {lost.rank}")
+        try:
+            self.t.send(rank, (protocol.CONFIG, protocol.VERSION, self.config))
+        except TransportError:
+            self.worker_lost(rank)
+
+    def joiner_says(self, rank: int, msg: protocol.Message) -> None:
+        """A message from a worker that has not taken up its slots yet: its HELLO (then
+        START; the host script first if the worker it replaces ran it), or the result of
+        its host script."""
+        j = self.joining[rank]
+        tag = msg[0]
+        if tag == protocol.HELLO:
+            script = bool(self.opts.host_script) and j.host_rank == 0
+            j.hello = msg
+            try:
+                self.t.send(rank, (protocol.START, j.host_rank, script, self.remaining()))
+            except TransportError:
+                self.worker_lost(rank)
+                return
+            if not script:
+                self.joined(rank)
+        elif tag == protocol.HOST_SCRIPT:
+            if msg[1]:
+                self.joined(rank)
+            else:
+                self.worker_lost(rank, f"its host script failed: {msg[2]}")
+        elif tag == protocol.WORKER_FAILED:
+            startup.log_failure(rank, msg[1], msg[2])
+            self.worker_lost(rank)
+        elif tag == protocol.ERROR:
+            log.error(str(msg[1]))
+            self.worker_lost(rank)
+
+    def joined(self, rank: int) -> None:
+        """The replacement takes up its slots: tasks go there from now on."""
+        j = self.joining.pop(rank)
+        assert j.hello is not None
+        try:
+            startup.add_worker(rank, j.hello, self.resources)
+        except FatalError as e:
+            log.error(str(e))
+            self.t.abandon(rank)
+            self.check_workers_left()
+            return
+        worker = self.resources.workers[rank]
+        worker.host_rank = j.host_rank
+        self.ranks_alive.add(rank)
+        self.heard[rank] = self.sent[rank] = self.clock
+        log.info(f"Worker {rank} on {worker.host.name} replaced lost worker {j.replaces} "
+                 f"({worker.slots} slot(s))")
+        self.out.worker_joined(rank, worker.host.name, worker.slots, j.replaces)
+        self.out.host_changed(worker.host)
+
+    def join_failed(self, rank: int, why: str) -> None:
+        j = self.joining.pop(rank)
+        log.error(f"Worker {rank}, started in place of worker {j.replaces}, was lost "
+                  f"({why})")
+        self.t.abandon(rank)
+        self.check_workers_left()
+
+    def drop_joiners(self) -> None:
+        """At the end: workers still on their way in are stopped."""
+        for rank in list(self.joining):
+            del self.joining[rank]
+            self.t.abandon(rank)

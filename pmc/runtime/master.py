@@ -28,7 +28,7 @@ from pmc.errors import FatalError
 from pmc.options import RunOptions
 from pmc.runtime import startup
 from pmc.runtime.forward import ForwardFiles, default_maxfds
-from pmc.runtime.losses import BEAT_CHECK, Losses
+from pmc.runtime.losses import BEAT_CHECK, Joiner, Losses
 from pmc.runtime.placement import Placer
 from pmc.runtime.summary import Counts
 from pmc.transport import Transport, TransportError
@@ -86,6 +86,11 @@ class Master(Losses):
         self.losses = array("i", bytes(4 * len(dag)))  # lost workers each task was on
         self.host_losses: dict[str, int] = {}
         self.quarantined: set[str] = set()
+        self.benched: dict[int, str] = {}
+        # Embedded mode: workers started in place of lost ones, as many as at the start.
+        self.config: protocol.WorkerConfig | None = None
+        self.joining: dict[int, Joiner] = {}
+        self.replacements_left = transport.size - 1
         # Log levels, fixed for the run: per-task lines cost one attribute test when off.
         self.debug = log.enabled(log.DEBUG)
         self.trace = log.enabled(log.TRACE)
@@ -118,6 +123,7 @@ class Master(Losses):
     def gather_workers(self) -> None:
         o = self.opts
         config = startup.worker_config(o, f"{o.dag}.out.{{rank}}", f"{o.dag}.err.{{rank}}")
+        self.config = config  # for workers started later in place of lost ones
         self.broadcast((protocol.CONFIG, protocol.VERSION, config))
         self.accounting, self.memory_limits = startup.gather_workers(
             self.t, self.ranks_alive, self.resources, self.stopping)
@@ -206,7 +212,9 @@ class Master(Losses):
         alive, heard = self.ranks_alive, self.heard
         for rank, msg in msgs:
             if rank not in alive:
-                continue  # given up on: its tasks are someone else's now
+                if rank in self.joining:
+                    self.joiner_says(rank, msg)
+                continue  # or given up on: its tasks are someone else's now
             heard[rank] = now
             tag = msg[0]
             if tag == protocol.RESULTS:
@@ -466,6 +474,7 @@ class Master(Losses):
     # -- the end ---------------------------------------------------------------------------
 
     def shutdown_workers(self) -> None:
+        self.drop_joiners()
         pending = set(self.ranks_alive)
         if self.debug:
             for rank in sorted(pending):

@@ -54,18 +54,9 @@ def gather_workers(t: Transport, ranks: set[int], resources: Resources,
                              f"{HELLO_TIMEOUT:.0f} s")
         for rank, msg in t.poll(min(left, SIGNAL_CHECK)):
             if msg[0] == protocol.HELLO:
-                if msg[1] != protocol.VERSION:
-                    raise FatalError(f"Worker {rank} speaks protocol {msg[1]}, "
-                                     f"the master {protocol.VERSION}")
-                _, _, hostname, cpus, memory, slots, pid, sockets = msg[:8]
-                # A worker that does not say how it measures: unknown.
-                method, limits, why = msg[8:11] if len(msg) >= 11 else (
-                    "unknown", "rlimit", "")
+                method, limits = add_worker(rank, msg, resources)
                 accounting.add(method)
                 memory_limits.add(limits)
-                if why:
-                    log.debug(f"Worker {rank}: task accounting through {method}: {why}")
-                resources.add_worker(rank, hostname, cpus, memory, slots, pid, sockets)
                 waiting.discard(rank)
             elif msg[0] == protocol.ERROR:
                 raise FatalError(str(msg[1]))
@@ -92,6 +83,21 @@ def gather_workers(t: Transport, ranks: set[int], resources: Resources,
         for w in workers:
             log.debug(f"Host rank of worker {w.rank} is {w.host_rank}")
     return accounting, memory_limits
+
+
+def add_worker(rank: int, msg: protocol.Message, resources: Resources) -> tuple[str, str]:
+    """A worker's HELLO: the worker added to ``resources`` (its host rank the next on its
+    host). Returns how it measures tasks and how it enforces --strict-limits memory."""
+    if msg[1] != protocol.VERSION:
+        raise FatalError(f"Worker {rank} speaks protocol {msg[1]}, "
+                         f"the master {protocol.VERSION}")
+    _, _, hostname, cpus, memory, slots, pid, sockets = msg[:8]
+    # A worker that does not say how it measures: unknown.
+    method, limits, why = msg[8:11] if len(msg) >= 11 else ("unknown", "rlimit", "")
+    if why:
+        log.debug(f"Worker {rank}: task accounting through {method}: {why}")
+    resources.add_worker(rank, hostname, cpus, memory, slots, pid, sockets)
+    return method, limits
 
 
 def check_capable(dag: DAG, state: bytearray, resources: Resources) -> None:

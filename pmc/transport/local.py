@@ -4,7 +4,7 @@ Used when ``pmc run`` was not started by an MPI launcher. The master starts a Py
 running ``pmc.runtime.worker`` for ranks 1..N (see ``pmc.pychild``) with one end of a
 socketpair; messages are length-prefixed pickles (``pmc.transport.stream``). Waiting is
 a ``select`` on the sockets: no polling, no spinning. A worker whose socket closes is
-reported by ``lost()``.
+reported by ``lost()``; ``spawn`` starts one in place of a lost one.
 """
 
 from __future__ import annotations
@@ -32,25 +32,47 @@ class LocalMaster:
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self._lost: list[int] = []
         self._rview = memoryview(bytearray(RECV))
+        self.env = env
         for rank in range(1, workers + 1):
-            mine, theirs = socket.socketpair()
+            self._start(rank)
+
+    def _start(self, rank: int) -> None:
+        mine, theirs = socket.socketpair()
+        try:
             proc = subprocess.Popen(
                 python_command("pmc.runtime.worker", "--fd", str(theirs.fileno()),
                                "--rank", str(rank), "--size", str(self.size)),
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
-                env=env,
+                env=self.env,
                 # A process group of its own: a terminal's Ctrl-C (sent to the foreground
                 # group) reaches the master only, which decides how the workers stop. Not
                 # a session of its own: batch systems that track a job by its session
                 # (PBS/Torque) must see the workers and their tasks, and signal them.
                 process_group=0,
             )
+        except OSError:
+            mine.close()
+            raise
+        finally:
             theirs.close()
-            conn = Conn(rank, mine)
-            self.conns[rank] = conn
-            self.procs[rank] = proc
-            self.sel.register(mine, selectors.EVENT_READ, conn)
+        conn = Conn(rank, mine)
+        self.conns[rank] = conn
+        self.procs[rank] = proc
+        self.sel.register(mine, selectors.EVENT_READ, conn)
+
+    def spawn(self) -> int:
+        """One more worker, in place of a lost one: the next rank (the size grows by one,
+        so that its output files are merged with the others'). Raises OSError if it
+        cannot be started."""
+        rank = self.size
+        self.size += 1
+        try:
+            self._start(rank)
+        except OSError:
+            self.size -= 1
+            raise
+        return rank
 
     def send(self, dest: int, msg: Message) -> None:
         conn = self.conns.get(dest)
