@@ -12,8 +12,11 @@ import enum
 import heapq
 from array import array
 from collections.abc import Iterable, Iterator
+from itertools import compress
+from operator import not_
 
 from pmc.dag import DAG
+from pmc.dag.model import options_of
 
 _ID_MASK = 0xFFFFFFFF
 
@@ -74,7 +77,6 @@ class Engine:
         self.nheld = 0
         self.nretries = 0
         self.recovered = 0  # tasks DONE from the rescue log
-        tasks = dag.tasks
         state = self.state
         for task_id in done:
             if state[task_id] != State.DONE:
@@ -87,18 +89,37 @@ class Engine:
                 if state[task_id] == State.DONE:
                     for child in dag.children(task_id):
                         waiting_on[child] -= 1
-        buckets: dict[tuple[int, int], list[int]] = {}
-        for task_id in range(n):
-            if waiting_on[task_id] == 0 and state[task_id] == _WAITING:
-                task = tasks[task_id]
-                state[task_id] = _READY
-                buckets.setdefault((task.cpus, task.memory), []).append(
-                    _key(task.priority, task_id)
-                )
-                self.nready += 1
-        for cls, heap in buckets.items():
-            heapq.heapify(heap)
-            self.classes[cls] = heap
+            # WAITING tasks with no parent left become READY; DONE ones stay DONE.
+            for task_id in compress(range(n), map(not_, waiting_on)):
+                if state[task_id] == _WAITING:
+                    state[task_id] = _READY
+            roots = list(compress(range(n), map(_READY.__eq__, state)))
+        else:
+            # No rescue log: READY (1) exactly where no parent is, built in C, not a
+            # Python loop over a million tasks.
+            state[:] = bytes(map(not_, waiting_on))
+            roots = list(compress(range(n), state))
+        self.nready = len(roots)
+        # The tasks ready at the start, in DAG order, for the master to announce (then
+        # dropped): found here once rather than searched for again.
+        self.initial: list[int] = roots
+        # Tasks share their TaskOptions (one for every task with the same option text):
+        # the distinct ones among the roots are few, whatever their number.
+        options = list(map(options_of, map(dag.tasks.__getitem__, roots)))
+        kinds = {(o.cpus, o.memory, o.priority) for o in set(options)}
+        if len(kinds) == 1:
+            # The usual case: one class, one priority. Keys ascend with the id, and a
+            # sorted list is already a heap.
+            ((cpus, memory, priority),) = kinds
+            self.classes[(cpus, memory)] = (
+                roots.copy() if priority == 0 else [_key(priority, t) for t in roots])
+        elif kinds:
+            buckets: dict[tuple[int, int], list[int]] = {}
+            for task_id, o in zip(roots, options, strict=True):
+                buckets.setdefault((o.cpus, o.memory), []).append(_key(o.priority, task_id))
+            for cls, heap in buckets.items():
+                heapq.heapify(heap)
+                self.classes[cls] = heap
 
     # -- queries -----------------------------------------------------------------
 
@@ -131,6 +152,11 @@ class Engine:
         while i >= 0:
             yield i
             i = states.find(value, i + 1)
+
+    def take_initial(self) -> list[int]:
+        """The tasks ready at the start, in DAG order, once (the list is then let go)."""
+        initial, self.initial = self.initial, []
+        return initial
 
     def tries_of(self, task_id: int) -> int:
         tries = self.dag.tasks[task_id].tries

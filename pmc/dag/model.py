@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import NamedTuple
 
 
@@ -190,6 +191,11 @@ class Task:
 
     def __repr__(self) -> str:
         return f"Task({self.id}, {self.name!r}, {self.command!r})"
+
+
+# A task's TaskOptions, read without a Python call: over a few hundred thousand tasks,
+# C speed, where three property reads per task cost a tenth of a second.
+options_of = attrgetter("_options")
 
 
 class DAG:

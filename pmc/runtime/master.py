@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from pmc import log
 from pmc.core import protocol
 from pmc.core.chains import Chains
-from pmc.core.engine import Engine, Outcome, State
+from pmc.core.engine import Engine, Outcome
 from pmc.core.events import Observer, RunInfo, Summary
 from pmc.core.protocol import TaskResult
 from pmc.core.rescue import RescueError, RescueLog
@@ -153,8 +153,7 @@ class Master(Losses):
         log.info("Starting workflow")
         if self.engine.recovered:
             log.info(f"Recovered {self.engine.recovered} finished task(s) from the rescue log")
-        for task_id in self.engine.ids_in(State.READY):
-            self.mark_ready(task_id)
+        self.next_seq = self.placer.announce(self.engine.take_initial(), self.next_seq)
         for host in self.resources.hosts.values():
             self.out.host_changed(host)
         self.out.flush()

@@ -38,6 +38,23 @@ class Placer:
         self.debug = log.enabled(log.DEBUG)
         self.trace = log.enabled(log.TRACE)
 
+    def announce(self, task_ids: list[int], number: int) -> int:
+        """Tell the observers the tasks ready at the start (the master's ``mark_ready``
+        for each, numbered from ``number``); returns the next number. A big DAG has a
+        few hundred thousand roots: the loop does nothing per task but this."""
+        tasks = self.dag.tasks
+        seq = self.seq
+        ready = self.out.ready
+        debug = self.debug
+        for task_id in task_ids:
+            task = tasks[task_id]
+            seq[task_id] = number
+            if debug:
+                log.debug(f"Queueing task {task.name}")
+            ready(task, number)
+            number += 1
+        return number
+
     def place(self, left: float | None) -> Batches:
         """Place what fits (``left``: seconds of wall time left, None: no limit)."""
         engine = self.engine
