@@ -415,6 +415,49 @@ def test_a_replacement_keeps_the_slots(tmp_path: Path) -> None:
         assert len([n for what, n, _r in sim.log if what == "start" and n == name]) == 1
 
 
+class ScriptWorkers(SpawningWorkers):
+    """... whose host-rank-0 worker runs the host script when START says so."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.starts: list[tuple[int, int, bool]] = []  # (rank, host rank, run the script)
+
+    def send(self, dest: int, msg: protocol.Message) -> None:
+        super().send(dest, msg)
+        if msg[0] == protocol.START and dest not in self.dead:
+            self.starts.append((dest, msg[1], msg[2]))
+            if msg[2]:
+                self.out.append((dest, (protocol.HOST_SCRIPT, True, "")))
+
+
+def test_a_replacement_runs_the_host_script_of_the_worker_it_replaces(
+        tmp_path: Path) -> None:
+    sim = ScriptWorkers(2, {"s0": 5}, lose={1: 3})
+    master, _w, summary = run_sim(tmp_path, tasks(30), sim, host_script="/bin/true")
+    assert summary.ok and summary.succeeded == 30
+    assert sim.starts == [(1, 0, True), (2, 1, False), (3, 0, True)]
+    assert master.resources.workers[3].host_rank == 0
+    assert any(r == 3 for what, _n, r in sim.log if what == "start")
+
+
+def test_a_replacement_whose_host_script_fails_gets_no_task(tmp_path: Path) -> None:
+    sim = ScriptWorkers(2, {"s0": 5}, lose={1: 3})
+    sim_send = sim.send
+
+    def send(dest: int, msg: protocol.Message) -> None:
+        sim_send(dest, msg)
+        if dest == 3 and sim.out and sim.out[-1][1][0] == protocol.HOST_SCRIPT:
+            sim.out[-1] = (3, (protocol.HOST_SCRIPT, False, "Host script failed"))
+
+    sim.send = send  # type: ignore[method-assign]
+    seen = Losses()
+    master, _w, summary = run_sim(tmp_path, tasks(30), sim, [seen], host_script="/bin/true")
+    assert summary.ok and summary.succeeded == 30, "worker 2 did it all"
+    assert not any(r == 3 for what, _n, r in sim.log if what == "start")
+    assert [e[:2] for e in seen.events] == [("lost", 1)]
+    assert 3 not in master.resources.workers
+
+
 def test_max_failures_turns_prefetching_off(tmp_path: Path) -> None:
     text = "TASK bad /bin/false\n" + tasks(10)
     sim = SimWorkers(1, {})

@@ -11,6 +11,7 @@ that finishes the rest, and the test says so (xfail) rather than pass.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -20,9 +21,11 @@ from pathlib import Path
 
 import pytest
 from faultkit import (
+    all_pids,
     cmdline,
     descendants,
     finish,
+    is_worker,
     mpi_ranks,
     pmc_argv,
     start,
@@ -163,3 +166,33 @@ def test_task_that_kills_its_worker_fails_after_max_worker_losses(
     assert lines(tmp_path / "ran.log").count("killer") in (2, 3)
     assert sorted(rescue_done(tmp_path / "w.dag.rescue")) == quick
     assert status(tmp_path) == 1
+
+
+def test_embedded_killed_worker_is_replaced(tmp_path: Path, marker: str) -> None:
+    """kill -9 of an embedded worker process: its task runs again, a new worker takes
+    its slot, every task is done and the status snapshot counts the slots of the start."""
+    names = write_dag(tmp_path, marker, 40)
+    proc = start(pmc_argv(["run", "--workers", "3", "w.dag"]), tmp_path)
+    wait_for(lambda: len(lines(tmp_path / "ran.log")) >= 4, 60, "tasks running")
+    victim = [p for p in all_pids() if is_worker(p, proc.pid) and "--rank 1 " in cmdline(p)]
+    assert len(victim) == 1
+    t0 = time.monotonic()
+    os.kill(victim[0], signal.SIGKILL)
+    wait_for(lambda: seen(tmp_path / "run.stderr", "replaced lost worker 1"), 30,
+             "a worker in place of worker 1")
+    replaced = time.monotonic() - t0
+    code = finish(proc, 90)
+    err = (tmp_path / "run.stderr").read_text()
+    assert code == 0, err
+    assert "Worker 1 was lost" in err
+    assert "Worker 4 on " in err and "replaced lost worker 1 (1 slot(s))" in err
+    assert "failed with exitcode" not in err, "a lost worker is not a task failure"
+    assert sorted(rescue_done(tmp_path / "w.dag.rescue")) == names
+    assert status(tmp_path) == 0
+    snapshot = json.loads((tmp_path / "w.dag.status.json").read_text())
+    assert snapshot["slots"] == 3, snapshot
+    # The replacement ran tasks: its output file was merged like the others'.
+    assert not list(tmp_path.glob("w.dag.out.*")), "every worker's output merged"
+    rerun = len(lines(tmp_path / "ran.log")) - len(names)
+    print(f"\n[rank-loss] kill -9, embedded worker: replaced {replaced:.2f} s after the "
+          f"kill; {rerun} task(s) ran again")
