@@ -152,9 +152,11 @@ def test_failed_task_names_its_stderr_and_last_lines(tmp_path: Path) -> None:
 
 @cgroup_methods
 def test_groups_of_a_killed_worker_are_removed(tmp_path: Path, method: str) -> None:
-    """A worker killed with SIGKILL cannot remove its cgroups: its guard does."""
-    dag = write_dag(tmp_path / "k.dag", "TASK k /bin/sh -c 'echo $PPID > worker.pid; "
-                                        "exec sleep 60'\n")
+    """A worker killed with SIGKILL cannot remove its cgroups: its guard does. (The run
+    goes on: a worker started in the lost one's place runs the task again, and this
+    time it ends at once.)"""
+    dag = write_dag(tmp_path / "k.dag", "TASK k /bin/sh -c '[ -e worker.pid ] && exit 0; "
+                                        "echo $PPID > worker.pid; exec sleep 60'\n")
     proc = subprocess.Popen([PY, "-m", "pmc", "run", "--workers", "1", dag.name],
                             cwd=tmp_path, env=clean_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
@@ -174,7 +176,7 @@ def test_groups_of_a_killed_worker_are_removed(tmp_path: Path, method: str) -> N
             dirs = [f"{cgroupfs.v2_dir(groups[''])}/pmc-{worker}"]
         assert all(os.path.isdir(d) for d in dirs)
         os.kill(worker, signal.SIGKILL)
-        proc.wait(60)
+        assert proc.wait(60) == 0
         deadline = time.monotonic() + 60
         while any(os.path.exists(d) for d in dirs):
             assert time.monotonic() < deadline, dirs
