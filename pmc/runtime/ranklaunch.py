@@ -1,0 +1,136 @@
+"""Starting a task as an N-rank MPI program: the launcher template (shell words with
+placeholders, substituted word by word, never through a shell), the default templates
+for a Slurm allocation and for MPICH's Hydra, the node file, and the environment that
+lets the nested launcher work inside an MPI-mode run (the outer launch's per-rank
+variables removed)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import string
+from collections.abc import Mapping, Sequence
+
+from pmc.files import atomic_write
+from pmc.runtime.hostinfo import task_environment
+
+PLACEHOLDERS = ("ranks", "nhosts", "hosts", "ranks_per_host", "cpus_per_rank", "nodefile")
+
+# Inside a Slurm allocation: a step overlapping pmc's own (--overlap: the workers' step
+# holds the cpus the master reserved for this task), using only what it asks for
+# (--exact), PMI-2 (what MPICH and Intel MPI start with; Open MPI wants --mpi=pmix),
+# the ranks placed host by host as the node file lists them (arbitrary distribution;
+# srun reads a --nodelist containing "/" as a file; task_env also points SLURM_HOSTFILE
+# at it, for templates without --nodelist).
+DEFAULT_SLURM = ("srun --mpi=pmi2 --overlap --exact --distribution=arbitrary --ntasks={ranks} "
+                 "--nodelist={nodefile} --cpus-per-task={cpus_per_rank}")
+# Elsewhere, MPICH's Hydra: its -f reads the node file, one line per rank.
+DEFAULT_MPIEXEC = "mpiexec -n {ranks} -f {nodefile}"
+
+_FORMATTER = string.Formatter()
+
+
+def _words(template: str) -> list[str]:
+    try:
+        words = shlex.split(template, comments=False, posix=True)
+    except ValueError as exc:  # shlex says "No closing quotation" / "No escaped character"
+        raise ValueError(f"task launcher template {template!r}: {exc}") from None
+    if not words:
+        raise ValueError("task launcher template is empty")
+    return words
+
+
+def _fields(template: str, word: str) -> list[str]:
+    try:
+        parsed = list(_FORMATTER.parse(word))
+    except ValueError as exc:
+        raise ValueError(f"task launcher template {template!r}: in {word!r}: {exc} "
+                         "(write a literal brace as {{ or }})") from None
+    names: list[str] = []
+    for _text, field, spec, conv in parsed:
+        if field is None:
+            continue
+        if field not in PLACEHOLDERS or spec or conv:
+            known = " ".join("{" + p + "}" for p in PLACEHOLDERS)
+            shown = "{" + field + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "") + "}"
+            raise ValueError(f"task launcher template {template!r}: unknown placeholder "
+                             f"{shown} (known: {known})")
+        names.append(field)
+    return names
+
+
+def check_template(template: str) -> None:
+    """ValueError with a clear message when the template cannot be used."""
+    for word in _words(template):
+        _fields(template, word)
+
+
+def default_template(env: Mapping[str, str]) -> str:
+    """srun inside a Slurm allocation (SLURM_JOB_ID set), else mpiexec."""
+    return DEFAULT_SLURM if env.get("SLURM_JOB_ID") else DEFAULT_MPIEXEC
+
+
+def launcher_argv(template: str, *, ranks: int, hosts: Sequence[tuple[str, int]],
+                  cpus_per_rank: int, nodefile: str) -> list[str]:
+    """The launcher's argv (the task's own argv is appended by the caller). Template:
+    shell words (shlex rules) with placeholders {ranks} {nhosts} {hosts} (comma list)
+    {ranks_per_host} (only when equal on every host) {cpus_per_rank} {nodefile};
+    substituted per word, never through a shell."""
+    counts = {n for _h, n in hosts}
+    values: dict[str, str] = {
+        "ranks": str(ranks), "nhosts": str(len(hosts)),
+        "hosts": ",".join(h for h, _n in hosts),
+        "cpus_per_rank": str(cpus_per_rank), "nodefile": nodefile,
+    }
+    if len(counts) == 1:
+        values["ranks_per_host"] = str(counts.pop())
+    argv: list[str] = []
+    for word in _words(template):
+        names = _fields(template, word)
+        if "ranks_per_host" in names and "ranks_per_host" not in values:
+            spread = ",".join(f"{h}:{n}" for h, n in hosts)
+            raise ValueError(f"task launcher template {template!r}: {{ranks_per_host}} "
+                             f"needs the same number of ranks on every host, not {spread}")
+        argv.append(word.format_map(values) if names else word.replace("{{", "{").replace(
+            "}}", "}"))
+    return argv
+
+
+def write_nodefile(path: str, hosts: Sequence[tuple[str, int]]) -> None:
+    """One line per rank, a host's lines together (the PBS_NODEFILE form that Hydra's
+    -f, Open MPI's --hostfile and Slurm's SLURM_HOSTFILE all read)."""
+    atomic_write(path, "".join(f"{h}\n" * n for h, n in hosts))
+
+
+# Slurm's per-step and per-task variables, and the srun options read from the
+# environment: left in place, a nested srun takes the outer step's layout (its
+# --ntasks, --cpus-per-task, distribution, binding) for its own. The job's variables
+# (SLURM_JOB_*, SLURM_NODELIST, ...) stay: the nested step runs in the same job.
+_SLURM_STEP = re.compile(
+    r"^SLURM_(STEP_.*|STEPID|NODEID|LOCALID|GTIDS|TASK_PID|TASKS_PER_NODE|PRIO_PROCESS|"
+    r"LAUNCH_NODE_IPADDR|SRUN_COMM_.*|UMASK|DISTRIBUTION|CPU_BIND.*|MEM_BIND.*|NTASKS|"
+    r"NPROCS|NTASKS_PER_.*|CPUS_PER_TASK|EXACT|OVERLAP|NNODES|JOB_NUM_NODES_UNUSED|"
+    r"HOSTFILE|ARBITRARY_NODELIST|MPI_TYPE|PMIX_.*|PMI2_.*|TOPOLOGY_ADDR.*|CPUS_ON_NODE|"
+    r"SPANK_.*|LAUNCHER)$")
+# Hydra's own markers of a process it started.
+_HYDRA = ("HYDRA_CONTROL_FD", "HYDI_CONTROL_FD", "PMI_FD", "PMI_PORT", "PMI_RANK",
+          "PMI_SIZE", "MPIR_CVAR_CH3_INTERFACE_HOSTNAME")
+
+
+def task_env(env: Mapping[str, str], hosts: Sequence[tuple[str, int]],
+             nodefile: str) -> dict[str, str]:
+    """The multi-rank task's environment: the outer run's PMI/PMIx/Hydra/Open MPI/Slurm
+    per-rank variables scrubbed, plus PMC_HOSTS (comma list) and PMC_NODEFILE (and
+    SLURM_HOSTFILE, the node file, for the default srun template)."""
+    out = task_environment(dict(env))
+    for key in list(out):
+        if key in _HYDRA or _SLURM_STEP.match(key):
+            del out[key]
+    out["PMC_HOSTS"] = ",".join(h for h, _n in hosts)
+    out["PMC_NODEFILE"] = nodefile
+    out["SLURM_HOSTFILE"] = nodefile
+    return out
+
+
+__all__ = ["DEFAULT_MPIEXEC", "DEFAULT_SLURM", "PLACEHOLDERS", "check_template",
+           "default_template", "launcher_argv", "task_env", "write_nodefile"]
