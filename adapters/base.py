@@ -224,7 +224,7 @@ class Scheduler(ABC):
 
 def pmc_run_argv(site: Site, dag: str) -> list[str]:
     """``pmc run`` with the profile's run options (its ``pmc``, ``logging`` and
-    ``metrics`` keys, as ``pmc.options`` maps them to flags), the host's cpus and memory,
+    ``metrics`` keys, as ``pmc.options`` maps them to flags), the host's cpus, memory and GPUs,
     ``--max-wall-time`` from the walltime, the site's name, then ``pmc.args`` and the DAG."""
     values: dict[str, object] = {}
     for o in options.profile_options():
@@ -235,6 +235,7 @@ def pmc_run_argv(site: Site, dag: str) -> list[str]:
             values[o.dest] = given[key]
     values["host_cpus"] = site.host_cpus
     values["host_memory"] = site.host_memory
+    values["host_gpus"] = site.host_gpus
     mwt = site.max_wall_time_minutes
     if mwt is not None:
         values["max_wall_time"] = minutes_text(mwt)

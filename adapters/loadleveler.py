@@ -86,6 +86,15 @@ class LoadLeveler(Scheduler):
         def kw(key: str, value: str) -> str:
             return f"{key} = {one_line(f'{site.source}: {key}', value)}"
 
+        if site.host_gpus:
+            # LoadLeveler has no GPU request of its own: a site that schedules GPUs
+            # defines a consumable resource under a name of its choosing.
+            raise AdapterError(
+                f"{site.source}: host.gpus: LoadLeveler has no GPU request; ask for the "
+                "GPUs with your site's consumable resource in directives (e.g. "
+                "'resources = ...'), and declare them to pmc with environment "
+                f"PMC_HOST_GPUS: {site.host_gpus}"
+            )
         out = [kw("job_name", job_name), "job_type = parallel"]
         if site.queue is not None:
             out.append(kw("class", site.queue))

@@ -113,8 +113,11 @@ class Pbs(Scheduler):
             out.append(f"-l walltime={hms(site.walltime)}")
         cpus = site.ranks_per_node * site.cpus_per_rank
         feature = f":{site.constraint}" if site.constraint is not None else ""
+        # GPUs per node: Torque's nodes=N:ppn=P:gpus=G, PBS Pro's ngpus in the chunk.
+        gpus = site.host_gpus or 0
         if torque:
-            out.append(f"-l {q(f'nodes={site.nodes}:ppn={cpus}{feature}')}")
+            ppn = f"ppn={cpus}" + (f":gpus={gpus}" if gpus else "")
+            out.append(f"-l {q(f'nodes={site.nodes}:{ppn}{feature}')}")
             if site.host_memory is not None:
                 out.append(f"-l mem={site.host_memory * site.nodes}mb")
             if site.node_usage == "exclusive":
@@ -126,6 +129,7 @@ class Pbs(Scheduler):
         else:
             mem = f":mem={site.host_memory}mb" if site.host_memory is not None else ""
             select = f"select={site.nodes}:ncpus={cpus}:mpiprocs={site.ranks_per_node}"
+            select += f":ngpus={gpus}" if gpus else ""
             out.append(f"-l {q(select + mem + feature)}")
             usage = {"exclusive": ":excl", "shared": ":shared", None: ""}[site.node_usage]
             out.append(f"-l place=scatter{usage}")

@@ -65,6 +65,7 @@ class Site:
     cpus_per_rank: int = 1
     host_cpus: int | None = None
     host_memory: int | None = None
+    host_gpus: int | None = None  # GPUs per node: --host-gpus and the scheduler's request
     reservation: str | None = None
     constraint: str | None = None
     node_usage: str | None = None
@@ -274,6 +275,7 @@ def _convert(d: dict[str, Any], source: str, at: Where) -> Site:
         cpus_per_rank=d.get("cpus_per_rank", 1),
         host_cpus=host.get("cpus"),
         host_memory=parse_memory_mb(host["memory"]) if "memory" in host else None,
+        host_gpus=host.get("gpus"),
         reservation=d.get("reservation"),
         constraint=d.get("constraint"),
         node_usage=d.get("node_usage"),

@@ -126,6 +126,8 @@ class Slurm(Scheduler):
         ]
         if site.host_memory is not None:
             out.append(f"--mem={site.host_memory}M")
+        if site.host_gpus:
+            out.append(f"--gpus-per-node={site.host_gpus}")
         if site.constraint is not None:
             out.append(f"--constraint={q(site.constraint)}")
         if site.node_usage == "exclusive":

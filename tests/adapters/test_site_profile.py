@@ -31,7 +31,7 @@ def test_typo_key_lists_valid_keys() -> None:
     assert "valid keys: account, constraint," in msg
     msg = err({"site": "x", "scheduler": "slurm", "host": {"cpu": 4}})
     assert (
-        "s.yaml: host.cpu: unknown key 'cpu' (did you mean 'cpus'?); valid keys: cpus, memory"
+        "s.yaml: host.cpu: unknown key 'cpu' (did you mean 'cpus'?); valid keys: cpus, gpus, memory"
         in msg
     )
 

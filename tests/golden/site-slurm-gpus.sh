@@ -1,0 +1,38 @@
+#!/bin/bash
+#SBATCH --job-name=pmc-workflow
+#SBATCH --partition=gpu
+#SBATCH --time=04:00:00
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=2
+#SBATCH --cpus-per-task=16
+#SBATCH --mem=245760M
+#SBATCH --gpus-per-node=4
+# pmc batch script for site example-slurm-gpus (slurm, launcher srun).
+# Every value from the profile is quoted; only the setup lines are raw shell.
+# walltime 04:00:00; pmc run stops by --max-wall-time 230 min, 00:10:00 before the limit.
+module load python/3.11
+module load openmpi/5
+# setup: raw shell lines from the profile
+source /home/me/venvs/pmc/bin/activate
+# Who this run is, for pmc run's logs and metrics.
+PMC_JOB_ID="${SLURM_JOB_ID:-}"
+PMC_CHAIN_INDEX="${PMC_CHAIN_INDEX:-1}"
+PMC_SITE_NAME=example-slurm-gpus
+export PMC_JOB_ID PMC_CHAIN_INDEX PMC_SITE_NAME
+# A TERM at the time limit must not end this script before pmc has saved its
+# state; pmc gets the signal itself.
+pmc_term=0
+trap 'pmc_term=1; echo "pmc: batch script got SIGTERM" >&2' TERM
+srun --mpi=pmi2 --kill-on-bad-exit=0 --no-kill --ntasks=4 --ntasks-per-node=2 --cpus-per-task=16 pmc run --site example-slurm-gpus --host-memory 245760 --max-wall-time 230 --set-affinity --worker-slots 16 --host-gpus 4 --task-launcher 'srun --mpi=pmix --overlap --exact --distribution=arbitrary --ntasks={ranks} --nodelist={nodefile} --cpus-per-task={cpus_per_rank}' workflow.dag
+rc=$?
+echo "pmc: run exited with status $rc (job ${PMC_JOB_ID:-?}, chain link $PMC_CHAIN_INDEX)" >&2
+# The launcher's status is not the workflow's when a rank was lost (it reports
+# the lost rank's death): take pmc's own record (0 ok, 1 failed, 3 incomplete).
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 2 ]; then
+    pmc status workflow.dag >/dev/null 2>&1
+    pmc_recorded=$?
+    case $pmc_recorded in
+        0|1|3) [ "$pmc_recorded" -ne "$rc" ] && echo "pmc: the workflow's record says status $pmc_recorded; the script exits with it" >&2; rc=$pmc_recorded ;;
+    esac
+fi
+exit "$rc"
