@@ -57,6 +57,11 @@ def run(opts: RunOptions, observers: list[Observer] | None = None) -> int:
 
 
 def _run_mpi(opts: RunOptions, observers: list[Observer]) -> int:
+    from pmc.runtime import rankshim
+
+    # Before MPI starts: a worker rank's death by a signal becomes an exit, which Hydra
+    # survives (its proxy kills every rank when it reaps one killed by a signal).
+    rankshim.keep()
     from pmc.transport.mpi import MpiTransport
 
     # With prefetching the next tasks already wait on the workers: a moment's delay in

@@ -2,20 +2,31 @@
 
 A worker is lost when its connection breaks, it reports its own failure, or it is silent
 for --worker-timeout (workers PING after a quiet quarter of it; so does the master, that
-they know it is there). Its running and queued tasks are ready again without counting as
-tries; a task that was running on --max-worker-losses lost workers fails for good (it
-may be what kills them); a host that loses ``QUARANTINE_AFTER`` workers gets no more
-tasks, unless it is the last one with workers. In embedded mode a lost worker is
-replaced (at most as many times as the run started with workers): the transport starts
-a new rank, which gets the run's CONFIG and START as the first ones did (its host rank
-the lost one's, the host script again if the lost one ran it), and takes up the slots
-once it has said hello. A mixin of ``Master``: these are its methods, kept apart by job.
+they know it is there). When the transport says a rank ended (under MPI, Hydra's
+SIGUSR1), the ranks that talk through MPI are probed, and those that do not answer
+within ``probe_wait`` are lost at once rather than after --worker-timeout.
+
+A lost worker's running and queued tasks are ready again without counting as tries; a
+task that was running on --max-worker-losses lost workers fails for good (it may be what
+kills them). A task queued directly behind a running one counts the loss too, apart: the
+worker starts it the moment the one ahead ends, and may have done so before the master
+heard. Such losses doom a task only together with one while it was known to run, or when
+there is one more of them than --max-worker-losses, so that a task queued behind one that
+kills its workers is not failed with it. A host that loses ``QUARANTINE_AFTER`` workers
+gets no more tasks, unless it is the last one with workers.
+
+In embedded mode a lost worker is replaced (at most as many times as the run started
+with workers): the transport starts a new rank, which gets the run's CONFIG and START as
+the first ones did (its host rank the lost one's, the host script again if the lost one
+ran it), and takes up the slots once it has said hello. A mixin of ``Master``: these are
+its methods, kept apart by job.
 """
 
 from __future__ import annotations
 
 import time
 from array import array
+from typing import TYPE_CHECKING
 
 from pmc import log
 from pmc.core import protocol
@@ -29,6 +40,9 @@ from pmc.errors import FatalError
 from pmc.options import RunOptions
 from pmc.runtime import startup
 from pmc.transport import Transport, TransportError
+
+if TYPE_CHECKING:
+    from pmc.runtime.placement import Placer
 
 BEAT_CHECK = 1.0  # how often silent workers are looked for
 QUARANTINE_AFTER = 2  # lost workers after which a host gets no more tasks
@@ -73,6 +87,11 @@ class Losses:
     config: WorkerConfig | None
     joining: dict[int, Joiner]
     replacements_left: int
+    placer: Placer
+    # Kept here (Master.__init__ does not set them): when the probe after a rank's end
+    # is due, and the losses each task had while queued behind a running task.
+    probe_due: float | None = None
+    suspected: dict[int, int] | None = None
 
     def remaining(self) -> float | None: ...
     def send(self, rank: int, msg: protocol.Message) -> None: ...
@@ -85,12 +104,40 @@ class Losses:
         """Workers silent for --worker-timeout are lost; those the master has sent
         nothing for a while get a PING, so that they know it is there."""
         self.beat_due = now + BEAT_CHECK
+        self.probe_ended(now)
         timeout = self.opts.worker_timeout
         for rank in [r for r in self.ranks_alive if now - self.heard.get(r, now) > timeout]:
             self.worker_lost(rank, f"silent for {timeout:g} s")
         for rank in [r for r, j in self.joining.items() if now > j.deadline]:
             self.worker_lost(rank, f"no hello within {startup.HELLO_TIMEOUT:.0f} s")
         self.ping_quiet(now)
+
+    def probe_wait(self) -> float:
+        """How long a probed rank has to answer: a tenth of --worker-timeout, at least
+        2 s (a live rank's MPI library takes the PING within its next look, 0.2 s apart
+        at most when idle), never more than --worker-timeout."""
+        timeout = self.opts.worker_timeout
+        return min(timeout, max(2.0, timeout / 10))
+
+    def probe_ended(self, now: float) -> None:
+        """The launcher said a rank ended (Hydra's SIGUSR1): probe the ranks that talk
+        through MPI; those that have not answered when the wait is over are lost."""
+        t = self.t
+        if self.probe_due is not None:
+            if now < self.probe_due:
+                self.beat_due = min(self.beat_due, self.probe_due)
+                return
+            self.probe_due = None
+            why = (f"no answer within {self.probe_wait():g} s after the launcher "
+                   "reported a rank's end")
+            for rank in t.unanswered():  # type: ignore[attr-defined]
+                if rank in self.ranks_alive:
+                    self.worker_lost(rank, why)
+        ended = getattr(t, "rank_ended", None)
+        if ended is not None and ended():
+            t.probe()  # type: ignore[attr-defined]
+            self.probe_due = now + self.probe_wait()
+            self.beat_due = min(self.beat_due, self.probe_due)
 
     def ping_quiet(self, now: float) -> None:
         """A PING to the workers the master has sent nothing for a while: also after the
@@ -118,8 +165,12 @@ class Losses:
                 except TransportError:
                     break
         self.t.abandon(rank)
+        chains = self.chains
+        # Queued directly behind a task running there: perhaps started, unheard of.
+        heads = {tid: w for tid, (w, pred) in chains.queued.items()
+                 if w.rank == rank and pred in chains.running}
         worker = self.resources.remove_worker(rank)
-        running, queued = self.chains.drop_worker(rank)
+        running, queued = chains.drop_worker(rank)
         doomed: list[int] = []
         for tid, affinity in running:
             task = self.dag.tasks[tid]
@@ -130,16 +181,24 @@ class Losses:
                     worker.host.give_cpu_set(list(affinity))
             self.forward_errors.pop(tid, None)
             self.losses[tid] += 1
-            if self.losses[tid] >= self.opts.max_worker_losses:
+            if self.doomed(tid):
                 doomed.append(tid)
                 continue
             self.engine.requeue(tid)
             if self.stop_reason is None:
                 self.mark_ready(tid)
-        for tid in queued:  # never started, never seen by observers: ready again
+        again = len(running) - len(doomed)
+        if self.suspected is None:
+            self.suspected = {}
+        for tid in queued:  # never seen by observers as started: ready again
+            if tid in heads:
+                self.suspected[tid] = self.suspected.get(tid, 0) + 1
+                if self.doomed(tid):
+                    self.placer.dispatched(tid, heads[tid])  # it may have run: tell it
+                    doomed.append(tid)
+                    continue
             self.engine.requeue(tid)
         how = f" ({why})" if why else ""
-        again = len(running) - len(doomed)
         log.error(f"Worker {rank} was lost{how}; {again} task(s) it was running will "
                   "run again elsewhere" if again else f"Worker {rank} was lost{how}")
         host = worker.host.name if worker is not None else self.benched.pop(rank, "")
@@ -153,6 +212,14 @@ class Losses:
                 self.replace(worker)
         self.check_workers_left()
 
+    def doomed(self, tid: int) -> bool:
+        """Has the task been on --max-worker-losses lost workers, one of them while it
+        was known to run (or on one more while only queued behind a running task)?"""
+        known = self.losses[tid]
+        queued = self.suspected.get(tid, 0) if self.suspected else 0
+        limit = self.opts.max_worker_losses
+        return known + queued >= limit and (known > 0 or queued > limit)
+
     def check_workers_left(self) -> None:
         if not self.ranks_alive and not self.joining and self.stop_reason is None:
             log.fatal("No workers left")
@@ -162,8 +229,10 @@ class Losses:
         """A task whose workers keep being lost under it (it may be what kills them)
         fails for good, with the reason in its record."""
         task = self.dag.tasks[tid]
-        n = self.losses[tid]
-        reason = (f"Task {task.name} failed: {n} workers were lost while it ran on them "
+        queued = self.suspected.get(tid, 0) if self.suspected else 0
+        n = self.losses[tid] + queued
+        how = "ran or was next to start" if queued else "ran"
+        reason = (f"Task {task.name} failed: {n} workers were lost while it {how} on them "
                   f"(the last, worker {rank}); --max-worker-losses is "
                   f"{self.opts.max_worker_losses}")
         log.error(reason)

@@ -27,7 +27,11 @@ abort. Hydra (``mpiexec -disable-auto-cleanup``) tells the other ranks that one 
 with SIGUSR1, whose default would kill them: every rank catches it. The master never
 blocks on a worker: its sends through MPI are non-blocking, and a send to a dead rank
 (a large one waits for the receiver for ever) is left behind when the master gives up
-on that rank (``abandon``).
+on that rank (``abandon``). When the launcher has said a rank ended, the master checks
+at once rather than after ``--worker-timeout``: ``probe`` sends every worker that talks
+through MPI a synchronous PING (``issend``), which completes as soon as that rank's MPI
+library has taken it, whatever its loop is doing; ``unanswered`` names those whose PING
+did not complete.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ import time
 from mpi4py import MPI
 
 from pmc import log
-from pmc.core.protocol import SHUTDOWN, Message
+from pmc.core.protocol import PING, SHUTDOWN, Message
 from pmc.transport import TransportError, look_interval
 from pmc.transport.local import LocalWorker
 from pmc.transport.stream import RECV, Conn, frame
@@ -70,6 +74,7 @@ class MpiTransport:
         # pickled buffer alive); ranks given up on.
         self._pending: dict[int, list[MPI.Request]] = {}
         self._abandoned: set[int] = set()
+        self._probes: dict[int, MPI.Request | None] = {}  # master: PINGs of ``probe``
         self.spin = _SPIN if spin else 0.0
         self.rank = int(self.comm.Get_rank())
         self.size = int(self.comm.Get_size())
@@ -260,6 +265,38 @@ class MpiTransport:
             self._lost.remove(rank)  # the master knows
         _LOST_PEER.append(rank)
 
+    def rank_ended(self) -> bool:
+        """Has the launcher said (SIGUSR1) that a rank ended since the last call?"""
+        seen = bool(_NOTICES)
+        _NOTICES.clear()
+        return seen
+
+    def probe(self) -> None:
+        """Rank 0: a synchronous PING to every worker that talks through MPI (not to one
+        that has yet to say which way it talks: its first message must be CONFIG)."""
+        for rank in self._mpi_ranks - self._abandoned - self._undecided:
+            if rank in self._probes or rank == 0:
+                continue
+            try:
+                self._probes[rank] = self.comm.issend((PING,), dest=rank, tag=0)
+            except MPI.Exception:
+                self._probes[rank] = None
+
+    def unanswered(self) -> list[int]:
+        """Rank 0: the ranks whose PING from ``probe`` has not been taken."""
+        out = []
+        for rank, req in self._probes.items():
+            try:
+                done = req is not None and bool(req.Test())
+            except MPI.Exception:
+                done = False
+            if not done:
+                out.append(rank)
+                if req is not None:
+                    self._pending.setdefault(rank, []).append(req)  # dropped by abandon
+        self._probes.clear()
+        return out
+
     def _drain(self, out: list[tuple[int, Message]]) -> None:
         status = self._status
         while True:
@@ -393,6 +430,7 @@ class MpiTransport:
 
 
 _LOST_PEER: list[object] = []  # a rank died (SIGUSR1) or was given up on
+_NOTICES: list[int] = []  # SIGUSR1s the master has not looked at yet (rank_ended)
 
 
 def peer_lost() -> bool:
@@ -403,3 +441,4 @@ def peer_lost() -> bool:
 
 def _peer_died(signum: int, frame: object) -> None:
     _LOST_PEER.append(signum)
+    _NOTICES.append(signum)

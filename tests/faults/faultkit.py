@@ -92,12 +92,36 @@ def environ(pid: int) -> dict[str, str]:
 
 
 def mpi_ranks(launcher_pid: int) -> dict[int, int]:
-    """rank -> pid of the MPI processes started by ``launcher_pid`` (mpiexec)."""
-    out = {}
+    """rank -> pid of the MPI processes started by ``launcher_pid`` (mpiexec). A worker
+    rank is the child of the process the launcher started (pmc.runtime.rankshim): the
+    one whose parent has the same rank."""
+    found: dict[int, set[int]] = {}
     for pid in descendants(launcher_pid):
         rank = environ(pid).get("PMI_RANK")
         if rank is not None and " -m pmc run " in cmdline(pid):
-            out[int(rank)] = pid
+            found.setdefault(int(rank), set()).add(pid)
+    out = {}
+    for rank, pids in found.items():
+        parent = {p: (_stat(p) or (0,))[0] for p in pids}
+        # The one the launcher started; below it the rank, below that perhaps a task
+        # between fork and exec (still showing its worker's command line).
+        top = [p for p in pids if parent[p] not in pids]
+        if not top:
+            continue
+        below = [p for p in pids if parent[p] == top[0]]
+        out[rank] = below[0] if below else top[0]
+    return out
+
+
+def rank_keepers(launcher_pid: int) -> dict[int, int]:
+    """rank -> pid of the processes the launcher started for worker ranks (their
+    keepers), where they differ from the ranks themselves."""
+    ranks = mpi_ranks(launcher_pid)
+    out = {}
+    for rank, pid in ranks.items():
+        st = _stat(pid)
+        if st is not None and st[0] != launcher_pid and " -m pmc run " in cmdline(st[0]):
+            out[rank] = st[0]
     return out
 
 

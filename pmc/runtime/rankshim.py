@@ -1,0 +1,95 @@
+"""A worker rank's keeper: the process an MPI launcher starts for a worker rank forks
+before MPI is initialised; the child goes on as the rank, the parent only waits for it.
+
+Why: MPICH's Hydra proxy (``hydra_pmi_proxy``) SIGKILLs every rank it started when it
+reaps one that died by a *signal*, ``-disable-auto-cleanup`` or not; a rank that *exits*
+does not set that off (it only sends SIGUSR1 to the others). So the parent turns the
+rank's death into an exit: the child's exit code, or 128 + the signal's number when a
+signal killed it, as a shell reports it. A worker rank killed with ``kill -9`` (or by
+the OOM killer) is then a lost worker that the master works around, not the end of the
+job. The master (rank 0) has no keeper: its loss should end the job at once (the rescue
+log lets the next run go on), and it does.
+
+The child inherits the launcher's environment and file descriptors (PMI's socket, the
+stdio pipes), so it is the MPI process; the parent keeps them open but never uses them,
+and leaves only when the child is gone. Signals the launcher or the batch system sends
+the parent (SIGTERM, SIGINT, SIGUSR1, SIGCONT, ...) are passed on to the child; they are
+blocked across the fork so that none arrives before there is a child to pass it to.
+Cost: one fork at start (the parent's pages stay shared with the child; it runs no
+Python after that but its signal handlers and wait).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Mapping
+
+# The rank as launchers give it before MPI starts: Hydra and Slurm's PMI (PMI_RANK),
+# PMIx (PMIX_RANK), Open MPI (OMPI_COMM_WORLD_RANK), srun (SLURM_PROCID).
+_RANK_ENV = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
+             signal.SIGUSR2, signal.SIGALRM, signal.SIGCONT, signal.SIGTSTP,
+             signal.SIGTTIN, signal.SIGTTOU, signal.SIGWINCH)
+
+
+def launcher_rank(env: Mapping[str, str]) -> int | None:
+    """This process's rank as the MPI launcher set it in the environment, or None."""
+    for key in _RANK_ENV:
+        value = env.get(key)
+        if value is not None:
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def keep(env: Mapping[str, str] = os.environ) -> None:
+    """In a worker rank started by an MPI launcher: fork; return in the child, which is
+    the rank from now on, while the parent waits for it and exits as it did. Elsewhere
+    (rank 0, or no rank in the environment) return at once."""
+    rank = launcher_rank(env)
+    if rank is None or rank == 0:
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()  # or the child would write it again
+        except (OSError, ValueError):
+            pass
+    signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+    try:
+        pid = os.fork()
+    except OSError:
+        # No keeper, but the rank can still run (as it did without one).
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+        return
+    if pid == 0:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+        return
+    os._exit(_keeper(pid))
+
+
+def _keeper(pid: int) -> int:
+    """The parent's whole life: pass signals on to ``pid``, wait for it, return its exit
+    code (128 + the signal that killed it)."""
+
+    def forward(signum: int, frame: object) -> None:
+        try:
+            os.kill(pid, signum)
+        except OSError:
+            pass  # gone: the wait below returns
+
+    for sig in FORWARDED:
+        signal.signal(sig, forward)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)  # retried after a signal's handler (PEP 475)
+        except ChildProcessError:
+            return 1
+        if os.WIFEXITED(status):
+            return os.WEXITSTATUS(status)
+        if os.WIFSIGNALED(status):
+            return 128 + os.WTERMSIG(status)

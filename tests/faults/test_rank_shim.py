@@ -1,0 +1,83 @@
+"""The worker rank's keeper (pmc.runtime.rankshim): where a launcher says the process is
+a worker rank, the rank runs as its child; the launcher sees the rank's death by a
+signal as an exit (128 + the signal), and the signals it sends reach the rank."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from faultkit import wait_for
+from pmctest import clean_env
+
+pytestmark = pytest.mark.faults
+
+# After keep(): say who we are, then do what argv[1] says.
+CHILD = """
+import os, signal, sys, time
+from pmc.runtime import rankshim
+rankshim.keep()
+what = sys.argv[1]
+if what == "term":
+    def on_term(signum, frame):
+        open("term.txt", "w").write(str(signum))
+        os._exit(7)
+    signal.signal(signal.SIGTERM, on_term)
+open("pids.txt", "w").write(f"{os.getpid()} {os.getppid()}")
+if what == "kill":
+    os.kill(os.getpid(), signal.SIGKILL)
+if what == "exit":
+    sys.exit(5)
+time.sleep(60)
+"""
+
+
+def run(tmp_path: Path, what: str, **env: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", CHILD, what], cwd=tmp_path,
+                            env=clean_env(**env), stderr=subprocess.PIPE)
+
+
+def pids(tmp_path: Path) -> tuple[int, int]:
+    wait_for(lambda: (tmp_path / "pids.txt").exists()
+             and len((tmp_path / "pids.txt").read_text().split()) == 2, 30, "the rank")
+    pid, ppid = (tmp_path / "pids.txt").read_text().split()
+    return int(pid), int(ppid)
+
+
+def test_killed_rank_is_an_exit_to_the_launcher(tmp_path: Path) -> None:
+    proc = run(tmp_path, "kill", PMI_RANK="1")
+    assert proc.wait(30) == 128 + signal.SIGKILL  # an exit status, not -9
+    pid, ppid = pids(tmp_path)
+    assert ppid == proc.pid and pid != proc.pid, "the rank is the launched process's child"
+
+
+def test_exit_code_passed_on(tmp_path: Path) -> None:
+    proc = run(tmp_path, "exit", SLURM_PROCID="3")
+    assert proc.wait(30) == 5
+
+
+def test_signals_reach_the_rank(tmp_path: Path) -> None:
+    """SIGTERM to the process the launcher started (as mpiexec and srun send it) is the
+    rank's; the keeper leaves with the rank's exit code."""
+    proc = run(tmp_path, "term", PMI_RANK="2")
+    pid, _ = pids(tmp_path)  # written after its handler was set
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 7
+    assert (tmp_path / "term.txt").read_text() == str(int(signal.SIGTERM))
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+@pytest.mark.parametrize("env", [{"PMI_RANK": "0"}, {}], ids=["rank0", "no-launcher"])
+def test_no_keeper_for_the_master_or_outside_a_launcher(tmp_path: Path,
+                                                        env: dict[str, str]) -> None:
+    """Rank 0's loss must end the job at once (the next run continues from the rescue
+    log): it runs as the launched process itself."""
+    proc = run(tmp_path, "exit", **env)
+    assert proc.wait(30) == 5
+    pid, _ = pids(tmp_path)
+    assert pid == proc.pid
