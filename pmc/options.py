@@ -54,6 +54,8 @@ class RunOptions:
     host_sockets: bool = True  # MPI: workers on the master's host use a Unix socket
     worker_timeout: float = 60.0  # seconds of silence after which a worker is lost
     max_worker_losses: int = 2  # lost workers a task may take down before it fails
+    host_gpus: int | None = None  # declared GPUs per host; None: probed
+    task_launcher: str | None = None  # multi-rank tasks' launcher template; None: default
     # Observability
     log_format: str = "text"  # "text" or "json"
     log_file: str | None = None
@@ -351,6 +353,11 @@ OPTIONS: tuple[Option, ...] = (
            "a task that was running on this many lost workers fails (default 2)",
            metavar="N", type=_positive_int, default=2, extension=True,
            profile="pmc.max_worker_losses"),
+    Option(("--host-gpus",), "host_gpus", "GPUs per host (env PMC_HOST_GPUS; default: probed)",
+           metavar="N", type=_nonneg_int, env="PMC_HOST_GPUS", extension=True, worker=True),
+    Option(("--task-launcher",), "task_launcher", "how --ranks tasks start (default: srun in "
+           "Slurm, else mpiexec)", metavar="TEMPLATE", extension=True,
+           profile="pmc.task_launcher", worker=True),
     Option(("--log-format",), "log_format",
            "log lines as text (default) or one JSON object per line",
            choices=("text", "json"), default="text", extension=True,

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from pmctest import pmc
 
 from pmc.dag import DAG, DagError, Task, parse_dag, split_command
+from pmc.dag.model import options_of
 
 
 def write(tmp_path: Path, text: str | bytes, name: str = "w.dag") -> str:
@@ -886,3 +887,50 @@ def test_pegasus_ids_read_back_as_written(tmp_path: Path) -> None:
     assert (task.pegasus_id, task.line) == ("5", 11)
     task.pegasus_id = None
     assert (task.pegasus_id, task.line) == (None, 11)
+
+
+# -- GPUs and ranks (pmc extensions) ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "want"),
+    [
+        ("--request-gpus 2", (2, 1, 0)),
+        ("--request-gpus=0", (0, 1, 0)),
+        ("--ranks 4", (0, 4, 0)),
+        ("--ranks 4 --ranks-per-host 2", (0, 4, 2)),
+        ("--ranks-per-host 2 --ranks 6 --request-gpus 1", (1, 6, 2)),
+    ],
+)
+def test_gpu_and_rank_options(tmp_path: Path, options: str, want: tuple[int, int, int]) -> None:
+    task = parse(tmp_path, f"TASK A -c 2 {options} /bin/prog -x 1\n").tasks[0]
+    assert (task.gpus, task.ranks, task.ranks_per_host) == want
+    assert task.cpus == 2 and task.command == "/bin/prog -x 1"
+
+
+def test_tasks_without_gpus_or_ranks_share_the_default_options(tmp_path: Path) -> None:
+    dag = parse(tmp_path, "TASK A /bin/a\nTASK B --request-gpus 0 /bin/b\n")
+    assert dag.tasks[0].gpus == 0 and dag.tasks[0].ranks == 1
+    assert options_of(dag.tasks[0]) is options_of(dag.tasks[1])
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ("--request-gpus -1", "task option --request-gpus needs a whole number of GPUs >= 0, "
+                              "got '-1'"),
+        ("--request-gpus 1.5", "needs a whole number of GPUs >= 0, got '1.5'"),
+        ("--ranks 0", "task option --ranks needs a whole number of ranks >= 1, got '0'"),
+        ("--ranks two", "got 'two'"),
+        ("--ranks-per-host 0 --ranks 2", "--ranks-per-host needs a whole number of ranks >= 1"),
+        ("--ranks-per-host 2", "task option --ranks-per-host needs --ranks"),
+        ("--ranks 3 --ranks-per-host 2",
+         "task option --ranks 3 is not a multiple of --ranks-per-host 2"),
+        ("--ranks", "--ranks needs a whole number of ranks >= 1, got '/bin/prog'"),
+    ],
+)
+def test_bad_gpu_and_rank_options(tmp_path: Path, options: str, message: str) -> None:
+    with pytest.raises(DagError) as info:
+        parse(tmp_path, f"# comment\nTASK A {options} /bin/prog\n")
+    assert str(info.value).startswith(f"{tmp_path / 'w.dag'}:2: ")
+    assert message in str(info.value)

@@ -191,6 +191,8 @@ def test_a_site_name_that_looks_like_an_option_stays_a_value(
     ("PMC_HOST_SCRIPT", "/bin/setup", "host_script", "/bin/setup"),
     ("PMC_HOST_SCRIPT", "", "host_script", None),
     ("PMC_SITE_NAME", "lab", "site", "lab"),
+    ("PMC_HOST_GPUS", "4", "host_gpus", 4),
+    ("PMC_HOST_GPUS", "0", "host_gpus", 0),
 ])
 def test_environment_aliases(var: str, text: str, attr: str, value: object,
                              monkeypatch: pytest.MonkeyPatch) -> None:
@@ -233,3 +235,22 @@ def test_worker_config_holds_the_options_marked_for_workers() -> None:
     opts = RunOptions(dag="w.dag", worker_slots=3, strict_limits=True, log_format="json")
     cfg = worker_config(opts, "w.dag.out.{rank}", "w.dag.err.{rank}")
     assert (cfg.worker_slots, cfg.strict_limits, cfg.log_format) == (3, True, "json")
+
+
+def test_gpu_and_task_launcher_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    o = parse(["--host-gpus", "2", "--task-launcher", "mpiexec -n {ranks}", "w.dag"],
+              monkeypatch)
+    assert (o.host_gpus, o.task_launcher) == (2, "mpiexec -n {ranks}")
+    by_dest = {opt.dest: opt for opt in OPTIONS}
+    assert by_dest["host_gpus"].extension and by_dest["host_gpus"].worker
+    assert by_dest["task_launcher"].profile == "pmc.task_launcher"
+    cfg = worker_config(o, "o", "e")
+    assert (cfg.host_gpus, cfg.task_launcher) == (2, "mpiexec -n {ranks}")
+    assert parse(["w.dag"], monkeypatch).host_gpus is None  # probed
+
+
+def test_a_bad_gpu_count_is_a_usage_error(monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse(["--host-gpus", "-1", "w.dag"], monkeypatch)
+    assert "--host-gpus" in capsys.readouterr().err

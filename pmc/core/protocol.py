@@ -5,7 +5,8 @@ carries every task the master hands a worker at once, one RESULTS message every 
 worker has ready. The sequence of a run:
 
     master -> worker   CONFIG(version, WorkerConfig)
-    worker -> master   HELLO(version, hostname, cpus, memory_mb, slots, pid, cpu_socket)
+    worker -> master   HELLO(version, hostname, cpus, memory_mb, slots, pid, cpu_socket,
+                             accounting, memory limits, why, gpu ids)
     master -> worker   START(host_rank, run_host_script, wall_left)  (seconds of wall time
                                                           left, None: no limit)
     worker -> master   HOST_SCRIPT(ok, message)          (only the worker that ran it)
@@ -43,8 +44,8 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 # 4: STARTED, starts with RESULTS, START carries the wall time left; 5: WORKER_FAILED;
-# 6: PING, worker_timeout in WorkerConfig
-VERSION = 6
+# 6: PING, worker_timeout in WorkerConfig; 7: GPUs in HELLO, TaskSpec gpus and hosts
+VERSION = 7
 
 CONFIG = 1
 HELLO = 2
@@ -91,6 +92,8 @@ class WorkerConfig(NamedTuple):
     host_script_timeout: float  # seconds before SIGALRM
     log_format: str  # "text" or "json"
     worker_timeout: float = 60.0  # seconds of silence before a peer counts as lost
+    host_gpus: int | None = None  # --host-gpus: declared GPUs; None: probe
+    task_launcher: str | None = None  # --task-launcher: multi-rank tasks' template
 
 
 class TaskSpec(NamedTuple):
@@ -111,6 +114,12 @@ class TaskSpec(NamedTuple):
     # The task's declared runtime (seconds): a worker does not start it from its queue
     # with less wall time left (it gives it back instead).
     expected_runtime: float | None = None
+    # GPU ids on this worker's host the task (each of its ranks here) may use (pmc
+    # extension, --request-gpus); None: none.
+    gpus: tuple[str, ...] | None = None
+    # A multi-rank task (--ranks): (host, ranks) of each host it runs on, this worker's
+    # first; None: a plain task.
+    hosts: tuple[tuple[str, int], ...] | None = None
 
 
 class TaskResult(NamedTuple):

@@ -33,6 +33,18 @@ class TaskOptions(NamedTuple):
     pipe_forwards: tuple[tuple[str, str], ...] | None = None  # ((VAR, FILE), ...)
     file_forwards: tuple[tuple[str, str], ...] | None = None  # ((SRC, DEST), ...)
     expected_runtime: float | None = None  # seconds (extension option)
+    # pmc extensions (issue 22): GPUs per rank, MPI ranks, ranks on each host (0: any)
+    gpus: int = 0
+    ranks: int = 1
+    ranks_per_host: int = 0
+
+
+def request_of(o: TaskOptions) -> tuple[int, ...]:
+    """What a task asks of the hosts, its ready class: (cpus, memory) for the usual task,
+    (cpus, memory, gpus, ranks, ranks_per_host) for one asking for GPUs or ranks."""
+    if o.gpus == 0 and o.ranks == 1:
+        return (o.cpus, o.memory)
+    return (o.cpus, o.memory, o.gpus, o.ranks, o.ranks_per_host)
 
 
 DEFAULT_OPTIONS = TaskOptions()
@@ -43,7 +55,7 @@ class Task:
     """One TASK record. ``id`` is its index in DAG order; ``command`` is the raw text of
     executable and arguments, split only at launch (``split_command``).
 
-    The seven options live in one immutable ``TaskOptions`` shared by every task that
+    The options live in one immutable ``TaskOptions`` shared by every task that
     sets none of them, and by tasks whose option text is the same (``-m 1 -c 1`` on
     every line), so a task costs six slots instead of twelve (a million tasks: 48 MB
     less). They read and assign like plain attributes. The Pegasus id, different for
@@ -71,6 +83,9 @@ class Task:
         pegasus_id: str | None = None,
         expected_runtime: float | None = None,
         line: int = 0,
+        gpus: int = 0,
+        ranks: int = 1,
+        ranks_per_host: int = 0,
     ) -> None:
         self.id = id
         self.name = name
@@ -86,6 +101,9 @@ class Task:
             or pipe_forwards is not None
             or file_forwards is not None
             or expected_runtime is not None
+            or gpus
+            or ranks != 1
+            or ranks_per_host
         ):
             self._options = TaskOptions(
                 memory,
@@ -95,6 +113,9 @@ class Task:
                 pipe_forwards,
                 file_forwards,
                 expected_runtime,
+                gpus,
+                ranks,
+                ranks_per_host,
             )
         else:
             self._options = DEFAULT_OPTIONS
@@ -188,6 +209,21 @@ class Task:
     @expected_runtime.setter
     def expected_runtime(self, value: float | None) -> None:
         self._options = self._options._replace(expected_runtime=value)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs per rank (--request-gpus, a pmc extension)."""
+        return self._options.gpus
+
+    @property
+    def ranks(self) -> int:
+        """MPI ranks (--ranks, a pmc extension): 1 for a plain task."""
+        return self._options.ranks
+
+    @property
+    def ranks_per_host(self) -> int:
+        """Ranks on each host used (--ranks-per-host, a pmc extension); 0: any."""
+        return self._options.ranks_per_host
 
     def __repr__(self) -> str:
         return f"Task({self.id}, {self.name!r}, {self.command!r})"

@@ -5,9 +5,11 @@ The reader (``pmc.dag.reader``) takes the common TASK lines itself, with
 every line with quoting, other options or values, or something wrong comes to
 ``parse_task``. Owns the task options of the format and the checks of their values.
 
-Extension to the reference format: the task option ``--expected-runtime SECONDS`` (a
-non-negative number) sets ``Task.expected_runtime``. The reference rejects it as an
-unknown option, so DAGs that use it only run here.
+Extensions to the reference format: the task options ``--expected-runtime SECONDS`` (a
+non-negative number, ``Task.expected_runtime``), ``--request-gpus N`` (GPUs per rank,
+N >= 0), ``--ranks N`` (an N-rank MPI task, N >= 1) and ``--ranks-per-host M`` (M >= 1,
+dividing N; only with ``--ranks``). The reference rejects them as unknown options, so
+DAGs that use them only run here.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ _OPTIONS = {
     "-F": "file",
     "--file-forward": "file",
     "--expected-runtime": "runtime",
+    "--request-gpus": "gpus",
+    "--ranks": "ranks",
+    "--ranks-per-host": "ranks_per_host",
 }
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _INTEGER = re.compile(r"[+-]?[0-9]+")
@@ -116,6 +121,10 @@ def parse_task(path: str, lineno: int, line: str, parts: list[str], tid: int) ->
     tries: int | None = None
     priority = 0
     runtime: float | None = None
+    gpus = 0
+    ranks = 1
+    per_host = 0
+    ranks_given = False
     pipes: list[tuple[str, str]] = []
     files: list[tuple[str, str]] = []
     i = 0
@@ -151,6 +160,13 @@ def parse_task(path: str, lineno: int, line: str, parts: list[str], tid: int) ->
             priority = _integer(path, lineno, opt, value, -_INT64, "a whole number")
         elif what == "runtime":
             runtime = _seconds(path, lineno, opt, value)
+        elif what == "gpus":
+            gpus = _integer(path, lineno, opt, value, 0, "a whole number of GPUs >= 0")
+        elif what == "ranks":
+            ranks = _integer(path, lineno, opt, value, 1, "a whole number of ranks >= 1")
+            ranks_given = True
+        elif what == "ranks_per_host":
+            per_host = _integer(path, lineno, opt, value, 1, "a whole number of ranks >= 1")
         else:
             left, eq, right = value.partition("=")
             if what == "pipe":
@@ -169,6 +185,13 @@ def parse_task(path: str, lineno: int, line: str, parts: list[str], tid: int) ->
                     )
                 files.append((left, right))
 
+    if per_host:
+        if not ranks_given:
+            raise DagError(path, lineno, f"task option --ranks-per-host needs --ranks: "
+                           f"{show(line)}")
+        if ranks % per_host:
+            raise DagError(path, lineno, f"task option --ranks {ranks} is not a multiple of "
+                           f"--ranks-per-host {per_host}: {show(line)}")
     if i >= n:
         raise DagError(path, lineno, f"TASK {name} has no executable: {show(line)}")
     if not words[i]:
@@ -197,6 +220,9 @@ def parse_task(path: str, lineno: int, line: str, parts: list[str], tid: int) ->
         file_forwards=tuple(files) if files else None,
         expected_runtime=runtime,
         line=lineno,
+        gpus=gpus,
+        ranks=ranks,
+        ranks_per_host=per_host,
     )
 
 
