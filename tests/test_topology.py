@@ -152,3 +152,48 @@ def test_job_set_order_of_variables() -> None:
     env = {"SLURM_JOB_GPUS": "4,5", "CUDA_VISIBLE_DEVICES": "0,1"}
     assert job_set(env) == ("CUDA_VISIBLE_DEVICES", ["0", "1"])
     assert job_set({}) is None
+
+
+def fake_smi(tmp_path: Path, body: str) -> dict[str, str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n" + body)
+    smi.chmod(0o755)
+    return {"PATH": str(bin_dir)}
+
+
+needs_no_nvidia_driver = pytest.mark.skipif(
+    os.path.isdir("/proc/driver/nvidia/gpus"), reason="this host's NVIDIA driver answers first")
+
+
+@needs_no_nvidia_driver
+def test_nvidia_smi_when_the_driver_files_are_absent(tmp_path: Path) -> None:
+    env = fake_smi(tmp_path, 'echo "0, 00000000:3B:00.0"\necho "1, 00000000:AF:00.0"\n')
+    gpus, how = gpu_inventory(None, env, "/")
+    assert how == "nvidia"
+    assert [g.id for g in gpus] == ["0", "1"]  # nodes: whatever this host's sysfs says
+
+
+@needs_no_nvidia_driver
+@pytest.mark.parametrize("body", [
+    'echo "NVIDIA-SMI has failed because it could not communicate with the driver"\nexit 9\n',
+    "echo 'garbage, more, fields'\n",
+    "exec sleep 30\n",
+])
+def test_nvidia_smi_failing_or_hanging_is_no_gpu(tmp_path: Path, body: str,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import pmc.runtime.topology as topology
+    monkeypatch.setattr(topology, "_NVIDIA_SMI_TIMEOUT", 0.5)
+    env = fake_smi(tmp_path, body)
+    if os.path.isdir("/sys/class/kfd/kfd/topology/nodes"):
+        pytest.skip("this host has an AMD kfd topology")
+    assert gpu_inventory(None, env, "/") == ([], "none")
+
+
+def test_a_fake_tree_never_runs_nvidia_smi(tmp_path: Path) -> None:
+    env = fake_smi(tmp_path, f"touch {tmp_path}/ran\necho '0, 00000000:3B:00.0'\n")
+    tree = tmp_path / "root"
+    tree.mkdir()
+    assert gpu_inventory(None, env, str(tree)) == ([], "none")
+    assert not (tmp_path / "ran").exists()
