@@ -24,8 +24,8 @@ def drain(engine: Engine) -> list[int]:
     """Pop every ready task in the engine's order (best class head first)."""
     out = []
     while engine.nready:
-        _key, cpus, memory = engine.ready_heads()[0]
-        out.append(engine.pop(cpus, memory))
+        _key, cls = engine.ready_heads()[0]
+        out.append(engine.pop(cls))
     return out
 
 
@@ -51,7 +51,7 @@ def test_higher_priority_first_then_dag_order(tmp_path: Path) -> None:
 def test_child_that_becomes_ready_later_keeps_dag_order(tmp_path: Path) -> None:
     dag = make(tmp_path, "TASK p /bin/true\nTASK x /bin/true\nTASK y /bin/true\nEDGE p x\n")
     e = Engine(dag)
-    p = e.pop(1, 0)
+    p = e.pop((1, 0))
     e.complete(p, ok=True)
     assert names(dag, drain(e)) == ["x", "y"]
 
@@ -60,7 +60,7 @@ def test_classes_are_separate_but_priority_decides_which_head(tmp_path: Path) ->
     dag = make(tmp_path, "TASK small /bin/true\nTASK big -c 4 -p 3 /bin/true\n")
     e = Engine(dag)
     heads = e.ready_heads()
-    assert [(c, m) for _k, c, m in heads] == [(4, 0), (1, 0)]
+    assert [cls for _k, cls in heads] == [(4, 0), (1, 0)]
 
 
 def test_tries_retry_then_fail_permanently(tmp_path: Path) -> None:
@@ -69,12 +69,12 @@ def test_tries_retry_then_fail_permanently(tmp_path: Path) -> None:
     a, b = dag.index["A"], dag.index["B"]
     assert e.tries_of(a) == 3 and e.tries_of(b) == 1
     for attempt in (1, 2):
-        assert e.pop(1, 0) == a
+        assert e.pop((1, 0)) == a
         assert e.attempts[a] == attempt
         assert e.complete(a, ok=False)[0] is Outcome.RETRY
-    assert e.pop(1, 0) == a
+    assert e.pop((1, 0)) == a
     assert e.complete(a, ok=False)[0] is Outcome.FAILED
-    assert e.pop(1, 0) == b
+    assert e.pop((1, 0)) == b
     assert e.complete(b, ok=False)[0] is Outcome.FAILED
     assert e.nfailed == 2 and e.nretries == 2 and e.finished() and not e.succeeded()
 
@@ -82,9 +82,9 @@ def test_tries_retry_then_fail_permanently(tmp_path: Path) -> None:
 def test_global_tries_apply_to_tasks_without_their_own(tmp_path: Path) -> None:
     dag = make(tmp_path, "TASK A /bin/false\n")
     e = Engine(dag, tries=2)
-    e.pop(1, 0)
+    e.pop((1, 0))
     assert e.complete(0, ok=False)[0] is Outcome.RETRY
-    e.pop(1, 0)
+    e.pop((1, 0))
     assert e.complete(0, ok=False)[0] is Outcome.FAILED
 
 
@@ -104,7 +104,7 @@ def test_descendants_of_a_failed_task_never_become_ready(tmp_path: Path) -> None
 def test_max_failures_stops_new_submissions(tmp_path: Path) -> None:
     dag = make(tmp_path, "".join(f"TASK t{i} /bin/false\n" for i in range(5)))
     e = Engine(dag, max_failures=2)
-    first, second = e.pop(1, 0), e.pop(1, 0)
+    first, second = e.pop((1, 0)), e.pop((1, 0))
     e.complete(first, ok=False)
     assert e.accepting()
     e.complete(second, ok=False)
@@ -116,7 +116,7 @@ def test_max_failures_stops_new_submissions(tmp_path: Path) -> None:
 def test_max_failures_lets_running_tasks_finish(tmp_path: Path) -> None:
     dag = make(tmp_path, "TASK a /bin/false\nTASK b /bin/true\n")
     e = Engine(dag, max_failures=1)
-    a, b = e.pop(1, 0), e.pop(1, 0)
+    a, b = e.pop((1, 0)), e.pop((1, 0))
     e.complete(a, ok=False)
     assert not e.finished()  # b still runs
     e.complete(b, ok=True)
@@ -134,17 +134,17 @@ def test_rescued_tasks_are_done_and_release_children(tmp_path: Path) -> None:
 def test_requeue_does_not_count_a_try(tmp_path: Path) -> None:
     dag = make(tmp_path, "TASK A /bin/true\n")
     e = Engine(dag, tries=1)
-    a = e.pop(1, 0)
+    a = e.pop((1, 0))
     e.requeue(a)
     assert e.state[a] == State.READY and e.attempts[a] == 0
-    e.pop(1, 0)
+    e.pop((1, 0))
     assert e.complete(a, ok=False)[0] is Outcome.FAILED
 
 
 def test_hold_leaves_the_task_undone(tmp_path: Path) -> None:
     dag = make(tmp_path, "TASK A --expected-runtime 100 /bin/true\n")
     e = Engine(dag)
-    e.hold(e.pop(1, 0))
+    e.hold(e.pop((1, 0)))
     assert e.nheld == 1 and e.finished() and not e.succeeded()
 
 
@@ -161,7 +161,7 @@ def test_a_long_chain_runs_in_process(tmp_path: Path) -> None:
     e = Engine(dag)
     count = 0
     while e.nready:
-        t = e.pop(1, 0)
+        t = e.pop((1, 0))
         e.complete(t, ok=True)
         count += 1
     assert count == n and e.succeeded()
@@ -175,3 +175,21 @@ def test_ids_in_a_state_in_dag_order(tmp_path: Path) -> None:
     assert list(engine.ids_in(State.DONE)) == [1]
     assert list(engine.ids_in(State.WAITING)) == [2]
     assert list(engine.ids_in(State.FAILED)) == []
+
+
+def test_tasks_asking_for_gpus_or_ranks_have_classes_of_their_own(tmp_path: Path) -> None:
+    dag = make(tmp_path, "TASK plain -c 2 /bin/true\nTASK gpu -c 2 --request-gpus 1 /bin/true\n"
+                         "TASK mr -c 2 --ranks 4 --ranks-per-host 2 /bin/true\n"
+                         "TASK gpu2 -c 2 --request-gpus 1 -p 5 /bin/true\n")
+    e = Engine(dag)
+    heads = e.ready_heads()
+    # The best head first (gpu2, priority 5); each request a class: (cpus, memory) for
+    # the usual task, (cpus, memory, gpus, ranks, ranks per host) for the others.
+    assert [cls for _k, cls in heads] == [(2, 0, 1, 1, 0), (2, 0), (2, 0, 0, 4, 2)]
+    assert e.pop((2, 0, 1, 1, 0)) == dag.index["gpu2"]
+    assert e.pop((2, 0, 1, 1, 0)) == dag.index["gpu"]
+    # A retry goes back to its own class.
+    assert e.complete(dag.index["gpu"], ok=False)[0] is Outcome.FAILED
+    mr = e.pop((2, 0, 0, 4, 2))
+    e.requeue(mr)
+    assert (2, 0, 0, 4, 2) in e.classes

@@ -208,3 +208,124 @@ def test_placement_is_that_of_a_scan_of_every_host(
             assert gone is not None
             lost[rk] = gone
             ref.remove_worker(rk)
+
+
+# -- GPUs and multi-rank tasks (pmc extensions) ------------------------------------------
+
+
+def gpu_pool() -> Resources:
+    r = Resources()
+    r.add_worker(1, "g", cpus=8, memory=0, slots=2, gpus=("2", "3", "5", "7"))
+    r.add_worker(2, "plain", cpus=8, memory=0, slots=2)
+    return r
+
+
+def test_gpu_tasks_get_their_own_ids_and_give_them_back() -> None:
+    r = gpu_pool()
+    found = r.find_request((1, 0, 2, 1, 0))
+    assert found is not None
+    worker, plan = found
+    assert worker.host.name == "g" and [(h.name, n) for h, n in plan] == [("g", 1)]
+    a = r.take(10, worker, (1, 0, 2, 1, 0), plan)
+    assert a.gpus == ("2", "3") and r.hosts["g"].free_gpus == ["5", "7"]
+    found = r.find_request((1, 0, 2, 1, 0))
+    assert found is not None
+    b = r.take(11, found[0], (1, 0, 2, 1, 0), found[1])
+    assert b.gpus == ("5", "7") and not r.hosts["g"].free_gpus
+    r.release(worker, 1, 0, 10)
+    # Back in the host's order; the plain host never had any to give.
+    assert r.hosts["g"].free_gpus == ["2", "3"] and 10 not in r.grants
+    assert r.hosts["g"].free_cpus == 7  # task 11's cpu only
+    assert not r.can_ever_run(1, 0, 5) and r.can_ever_run(1, 0, 4)
+
+
+def test_a_gpu_task_waits_for_ids_even_with_free_slots_and_cpus() -> None:
+    r = gpu_pool()
+    found = r.find_request((1, 0, 3, 1, 0))
+    assert found is not None
+    r.take(1, found[0], (1, 0, 3, 1, 0), found[1])
+    assert r.find_request((1, 0, 2, 1, 0)) is None
+    assert r.find(1, 0) is not None  # a task asking for no GPU still fits
+
+
+def many_hosts(n: int, cpus: int) -> Resources:
+    r = Resources()
+    for i in range(n):
+        r.add_worker(i + 1, f"h{i}", cpus=cpus, memory=1000, slots=1)
+    return r
+
+
+def test_ranks_per_host_spread_over_whole_hosts_launching_host_first() -> None:
+    r = many_hosts(4, 4)
+    request = (2, 100, 0, 6, 2)  # 6 ranks of 2 cpus, 2 per host: 3 hosts, all their cpus
+    found = r.find_request(request)
+    assert found is not None
+    worker, plan = found
+    assert [(h.name, n) for h, n in plan] == [("h0", 2), ("h1", 2), ("h2", 2)]
+    grant = r.take(7, worker, request, plan)
+    assert grant.hosts() == (("h0", 2), ("h1", 2), ("h2", 2))
+    assert [r.hosts[f"h{i}"].free_cpus for i in range(4)] == [0, 0, 0, 4]
+    assert [r.hosts[f"h{i}"].free_memory for i in range(4)] == [800, 800, 800, 1000]
+    # Only the launching worker's slot is taken: h1's worker still takes a task that
+    # asks for no cpus; the other hosts' cpus are the multi-rank task's.
+    assert r.free_slots() == 3
+    assert r.find(1, 0) is not None and r.find(1, 0).host.name == "h3"
+    assert r.find_request(request) is None  # one whole host left, three needed
+    r.release(worker, 2, 100, 7)
+    assert [r.hosts[f"h{i}"].free_cpus for i in range(4)] == [4, 4, 4, 4]
+    assert [r.hosts[f"h{i}"].free_memory for i in range(4)] == [1000] * 4
+    assert r.find_request(request) is not None
+
+
+def test_ranks_without_a_per_host_count_fill_what_is_free() -> None:
+    r = many_hosts(3, 4)
+    w = r.find(3, 0)
+    assert w is not None and w.host.name == "h0"
+    r.allocate(w, 3, 0)  # h0: 1 cpu left, and no free slot
+    found = r.find_request((1, 0, 0, 6, 0))
+    assert found is not None
+    worker, plan = found
+    # h0 has no free slot: h1 launches and takes what fits, then h0's last cpu, then h2.
+    assert worker.host.name == "h1"
+    assert [(h.name, n) for h, n in plan] == [("h1", 4), ("h0", 1), ("h2", 1)]
+
+
+def test_whether_ranks_can_ever_fit() -> None:
+    r = many_hosts(3, 4)
+    assert r.can_ever_run(1, 0, 0, 12) and not r.can_ever_run(1, 0, 0, 13)
+    assert r.can_ever_run(2, 0, 0, 6, 2) and not r.can_ever_run(2, 0, 0, 8, 2)
+    assert not r.can_ever_run(1, 0, 0, 10, 5)  # 5 ranks of 1 cpu fit on no host
+    assert not r.can_ever_run(1, 0, 1, 2)  # no GPUs anywhere
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 3), st.integers(1, 6), st.integers(0, 3),
+                          st.booleans()), min_size=1, max_size=30))
+def test_grants_never_oversubscribe_and_release_restores(
+        ops: list[tuple[int, int, int, bool]]) -> None:
+    r = Resources()
+    for i in range(4):
+        r.add_worker(i + 1, f"h{i}", cpus=4, memory=0, slots=2, gpus=tuple("0123"[: i + 1]))
+    held: dict[int, object] = {}
+    for tid, (cpus, ranks, gpus, per) in enumerate(ops):
+        request = (cpus, 0, gpus, ranks, ranks if per else 0)
+        found = r.find_request(request)
+        if found is not None:
+            worker, plan = found
+            assert sum(n for _h, n in plan) == ranks
+            grant = r.take(tid, worker, request, plan)
+            held[tid] = worker
+            ids = [g for _h, _n, _c, _m, gs in grant.parts for g in gs]
+            assert len(ids) == ranks * gpus
+        for h in r.hosts.values():
+            assert 0 <= h.free_cpus <= h.cpus
+            assert len(set(h.free_gpus)) == len(h.free_gpus) and set(h.free_gpus) <= set(h.gpus)
+        busy = [(h.name, g) for t in r.grants.values() for h, _n, _c, _m, ids in t.parts
+                for g in ids]
+        assert len(busy) == len(set(busy)), "no GPU held twice"
+    for tid, worker in held.items():
+        o = ops[tid]
+        r.release(worker, o[0], 0, tid)  # type: ignore[arg-type]
+    for h in r.hosts.values():
+        assert h.free_cpus == h.cpus and h.free_gpus == list(h.gpus)
+    assert r.free_slots() == 8

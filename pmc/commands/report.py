@@ -58,6 +58,8 @@ class Try:
     max_rss_kb: int = 0
     error: str | None = None
     stderr_tail: str | None = None
+    gpus: int = 0  # per rank (pmc extension)
+    ranks: int = 1  # its host is a comma list when its ranks ran on several
 
     @property
     def end(self) -> float:
@@ -73,6 +75,7 @@ class Run:
     recovered: int = 0
     tries: list[Try] = field(default_factory=list)
     host_slots: dict[str, int] = field(default_factory=dict)
+    host_gpus: dict[str, int] = field(default_factory=dict)
     finished: dict[str, Any] | None = None
 
 
@@ -118,12 +121,15 @@ def read_runs(path: str) -> list[Run]:
                                            else "failed")),
                         cpu_time=float(ev.get("cpu_time") or 0.0),
                         max_rss_kb=int(ev.get("max_rss_kb") or 0), error=ev.get("error"),
-                        stderr_tail=ev.get("stderr_tail")))
+                        stderr_tail=ev.get("stderr_tail"), gpus=int(ev.get("gpus") or 0),
+                        ranks=int(ev.get("ranks") or 1)))
                 except (KeyError, TypeError, ValueError) as e:
                     raise ReportError(f"{path}:{lineno}: {name} event without a usable "
                                       f"{e}") from None
             elif name == "host":
                 run.host_slots[str(ev.get("host", ""))] = int(ev.get("slots", 0))
+                if ev.get("gpus"):
+                    run.host_gpus[str(ev.get("host", ""))] = int(ev["gpus"])
             elif name == "workflow.finished":
                 run.finished = ev
     return runs
@@ -146,6 +152,9 @@ class Figures:
     bins: list[tuple[float, int, float]]  # (bin start offset, tries ended, mean running)
     ended_by_outcome: dict[str, list[int]]  # outcome -> tries ended in each bin
     per_host: list[tuple[str, int, float, int, float]]  # host, tries, runtime, slots, util
+    # Hosts with GPUs: host, GPUs, GPU-seconds of tries, their share of TTX x GPUs (None:
+    # unknown, a GPU try ran there with ranks on several hosts, split not logged)
+    per_host_gpus: list[tuple[str, int, float, float | None]] = field(default_factory=list)
 
 
 def _nice_width(span: float, target_bins: int = 20) -> float:
@@ -201,9 +210,22 @@ def compute(run: Run, bin_width: float | None = None) -> Figures:
         cur += delta
         peak = max(peak, cur)
     hosts: dict[str, tuple[int, float]] = {}
+    gpu_secs: dict[str, float] = {}
+    unknown: set[str] = set()
     for t in tries:
-        n, secs = hosts.get(t.host, (0, 0.0))
-        hosts[t.host] = (n + 1, secs + t.duration)
+        names = t.host.split(",")  # a multi-rank try counts on each of its hosts
+        for host in names:
+            n, secs = hosts.get(host, (0, 0.0))
+            hosts[host] = (n + 1, secs + t.duration)
+            if t.gpus and len(names) > 1:
+                unknown.add(host)
+            elif t.gpus:
+                gpu_secs[host] = gpu_secs.get(host, 0.0) + t.duration * t.gpus * t.ranks
+    per_host_gpus: list[tuple[str, int, float, float | None]] = []
+    for host, ngpus in sorted(run.host_gpus.items()):
+        secs = gpu_secs.get(host, 0.0)
+        share = None if host in unknown else secs / (ttx * ngpus) if ttx > 0 else 0.0
+        per_host_gpus.append((host, ngpus, secs, share))
     per_host = []
     for host in sorted(set(hosts) | set(run.host_slots)):
         n, secs = hosts.get(host, (0, 0.0))
@@ -220,7 +242,7 @@ def compute(run: Run, bin_width: float | None = None) -> Figures:
         ended_by_outcome=ended_by,
         throughput=len(tries) / ttx if ttx > 0 else 0.0, max_concurrency=peak,
         mean_concurrency=runtime / ttx if ttx > 0 else 0.0, bin_width=width, bins=bins,
-        per_host=per_host)
+        per_host=per_host, per_host_gpus=per_host_gpus)
 
 
 def render(run: Run, fig: Figures, top: int = 10) -> str:
@@ -251,6 +273,13 @@ def render(run: Run, fig: Figures, top: int = 10) -> str:
     w(f"  {'host':<20} {'tries':>7} {'runtime_s':>10} {'slots':>6} {'util':>6}")
     for host, n, secs, hslots, util in fig.per_host:
         w(f"  {host:<20} {n:7d} {secs:10.3f} {hslots:6d} {util:6.3f}")
+    if fig.per_host_gpus:
+        w("")
+        w("GPUs per host (busy: GPU-seconds of tries / (TTX x GPUs)):")
+        w(f"  {'host':<20} {'gpus':>5} {'gpu_s':>10} {'busy':>6}")
+        for host, ngpus, secs, share in fig.per_host_gpus:
+            busy = "?" if share is None else f"{share:6.3f}"
+            w(f"  {host:<20} {ngpus:5d} {secs:10.3f} {busy:>6}")
     w("")
     slow = sorted(run.tries, key=lambda t: (-t.duration, t.start))[:top]
     w(f"Slowest tries (top {len(slow)}):")

@@ -48,6 +48,9 @@ class Status:
     rate: float | None = None  # tasks per second in the current / last run
     running_tasks: list[str] = field(default_factory=list)
     failed_tasks: list[str] = field(default_factory=list)
+    # pmc extensions, while live: host -> [busy, total] GPUs; multi-rank tasks' hosts
+    gpus: dict[str, list[int]] = field(default_factory=dict)
+    multirank_tasks: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def remaining(self) -> int:
@@ -163,6 +166,10 @@ def workflow_status(dag_path: str, rescue_path: str | None = None) -> Status:
             st.running = int(snap.get("running", 0))
             st.queued = int(snap.get("queued", 0))
             st.running_tasks = [str(n) for n in snap.get("running_tasks", [])]
+            st.gpus = {str(h): [int(g.get("busy", 0)), int(g.get("total", 0))]
+                       for h, g in (snap.get("gpus") or {}).items()}
+            st.multirank_tasks = {str(m.get("task", "")): [str(h) for h in m.get("hosts", [])]
+                                  for m in snap.get("multirank_tasks") or []}
             age = time.time() - updated
             where = f"pid {pid} on {host}"
             st.note = f"{where}, updated {age:.1f} s ago" if age < 10 else \
@@ -219,6 +226,11 @@ def render(st: Status, tty: bool, width: int = 80) -> str:
     if st.running_tasks:
         lines.append("running tasks: " + " ".join(st.running_tasks)
                      + (" ..." if st.running > len(st.running_tasks) else ""))
+    for name, hosts in st.multirank_tasks.items():
+        lines.append(f"multi-rank task {name} on: {' '.join(hosts)}")
+    if st.gpus:
+        lines.append("gpus busy/total: " + " ".join(
+            f"{host} {busy}/{total}" for host, (busy, total) in sorted(st.gpus.items())))
     if st.failed_tasks:
         lines.append("failed tasks: " + " ".join(st.failed_tasks)
                      + (" ..." if st.failed > len(st.failed_tasks) else ""))

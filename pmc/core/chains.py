@@ -6,11 +6,13 @@ task takes the slot and the resources over from the task it follows; until that 
 result arrives it is "queued", unseen by the observers. The tasks of one slot form a
 chain: the running task, then up to ``PREFETCH_DEPTH`` queued ones, each behind the last.
 
-A task may wait only behind one that asks for at least its cpus and memory, and not
-behind a task bound to cpus (``--set-affinity``). The chains with room are kept by depth
-and by what their last task asks for, so the next one to take a task is found without
-looking at every slot: the shallowest first (each slot gets one queued task before any
-gets two), and among those the one that had room first.
+A task may wait only behind one that asks for at least its cpus, memory and GPUs (it
+takes over the first of that task's GPU ids), and not behind a task bound to cpus
+(``--set-affinity``) nor a multi-rank one; a multi-rank task waits behind none. The
+chains with room are kept by depth and by what their last task asks for, so the next
+one to take a task is found without looking at every slot: the shallowest first (each
+slot gets one queued task before any gets two), and among those the one that had room
+first.
 
 Pure bookkeeping: no messages, no resources, no engine. The master asks this class what
 to do and does it (sends, releases slots, readies tasks again).
@@ -26,7 +28,7 @@ from pmc.core.resources import Worker
 PREFETCH_DEPTH = 2  # tasks queued behind each running one: room for results to batch
 
 Affinity = tuple[int, ...] | None
-Kind = tuple[int, int]  # what a task asks for: (cpus, memory MB)
+Kind = tuple[int, ...]  # what a task asks for: (cpus, memory MB[, gpus, ...])
 
 
 class Chains:
@@ -64,9 +66,9 @@ class Chains:
         return [(tail, depth) for tail, depth in self._tails.items()
                 if depth < PREFETCH_DEPTH]
 
-    def open_tail(self, cpus: int, memory: int) -> int:
-        """The last task of the chain that takes the next task asking for ``cpus`` and
-        ``memory`` (see the module docstring), or -1 if none may."""
+    def open_tail(self, cpus: int, memory: int, gpus: int = 0) -> int:
+        """The last task of the chain that takes the next task asking for ``cpus``,
+        ``memory`` and ``gpus`` (see the module docstring), or -1 if none may."""
         tails = self._tails
         kinds = self._kind
         for depth, by_kind in enumerate(self._open):
@@ -74,6 +76,8 @@ class Chains:
             best_order = -1
             for kind, entries in by_kind.items():
                 if kind[0] < cpus or kind[1] < memory:
+                    continue
+                if gpus and (len(kind) < 3 or kind[2] < gpus):
                     continue
                 while entries:
                     order, tail = entries[0]
@@ -117,11 +121,12 @@ class Chains:
     # -- transitions -------------------------------------------------------------
 
     def start(self, task_id: int, worker: Worker, affinity: Affinity,
-              kind: Kind = (0, 0)) -> None:
-        """A task sent to start at once (asking for ``kind``): a chain of its own."""
+              kind: Kind | None = (0, 0)) -> None:
+        """A task sent to start at once (asking for ``kind``; None: nothing may wait
+        behind it): a chain of its own."""
         self.running[task_id] = (worker, affinity)
         self.unstarted.add(task_id)
-        if affinity:
+        if affinity or kind is None:
             self._kind.pop(task_id, None)  # its cpus are bound: nothing waits behind it
         else:
             self._kind[task_id] = kind

@@ -1,7 +1,8 @@
 """The pure DAG state machine: which tasks are ready, in what order, and what a result means.
 
 No MPI, no files, no clocks. Tasks are integer ids (their index in DAG order). Ready tasks
-are grouped into resource classes (cpus, memory) so the master can match the best task to
+are grouped into resource classes (what they ask of a host: ``pmc.dag.model.request_of``,
+(cpus, memory) for the usual task) so the master can match the best task to
 a free slot in O(classes); within a class a heap of packed integers orders them by priority
 (higher first), then DAG order, without a tuple per entry.
 """
@@ -16,7 +17,7 @@ from itertools import compress
 from operator import not_
 
 from pmc.dag import DAG
-from pmc.dag.model import options_of
+from pmc.dag.model import options_of, request_of
 
 _ID_MASK = 0xFFFFFFFF
 
@@ -69,7 +70,7 @@ class Engine:
         self._started = bytearray(n)
         self.nsubmitted = 0
         # Only classes with ready tasks are present: the master scans these per dispatch.
-        self.classes: dict[tuple[int, int], list[int]] = {}
+        self.classes: dict[tuple[int, ...], list[int]] = {}
         self.ndone = 0
         self.nfailed = 0
         self.nrunning = 0
@@ -106,17 +107,17 @@ class Engine:
         # Tasks share their TaskOptions (one for every task with the same option text):
         # the distinct ones among the roots are few, whatever their number.
         options = list(map(options_of, map(dag.tasks.__getitem__, roots)))
-        kinds = {(o.cpus, o.memory, o.priority) for o in set(options)}
+        kinds = {(request_of(o), o.priority) for o in set(options)}
         if len(kinds) == 1:
             # The usual case: one class, one priority. Keys ascend with the id, and a
             # sorted list is already a heap.
-            ((cpus, memory, priority),) = kinds
-            self.classes[(cpus, memory)] = (
+            ((request, priority),) = kinds
+            self.classes[request] = (
                 roots.copy() if priority == 0 else [_key(priority, t) for t in roots])
         elif kinds:
-            buckets: dict[tuple[int, int], list[int]] = {}
+            buckets: dict[tuple[int, ...], list[int]] = {}
             for task_id, o in zip(roots, options, strict=True):
-                buckets.setdefault((o.cpus, o.memory), []).append(_key(o.priority, task_id))
+                buckets.setdefault(request_of(o), []).append(_key(o.priority, task_id))
             for cls, heap in buckets.items():
                 heapq.heapify(heap)
                 self.classes[cls] = heap
@@ -127,13 +128,14 @@ class Engine:
         """False once --max-failures tasks have failed: start nothing new."""
         return not (self.max_failures and self.nfailed >= self.max_failures)
 
-    def ready_heads(self) -> list[tuple[int, int, int]]:
-        """(key, cpus, memory) of each non-empty class's best task, best first."""
+    def ready_heads(self) -> list[tuple[int, tuple[int, ...]]]:
+        """(key, class) of each non-empty class's best task, best first; a class is what
+        its tasks ask for (``request_of``: cpus and memory first)."""
         classes = self.classes
         if len(classes) == 1:  # the usual case: every task asks for the same
-            for (cpus, memory), heap in classes.items():
-                return [(heap[0], cpus, memory)]
-        heads = [(heap[0], cls[0], cls[1]) for cls, heap in classes.items()]
+            for cls, heap in classes.items():
+                return [(heap[0], cls)]
+        heads = [(heap[0], cls) for cls, heap in classes.items()]
         heads.sort()
         return heads
 
@@ -164,9 +166,8 @@ class Engine:
 
     # -- transitions -------------------------------------------------------------
 
-    def pop(self, cpus: int, memory: int) -> int:
+    def pop(self, cls: tuple[int, ...]) -> int:
         """Take the best ready task of a class; it is now running. Returns its id."""
-        cls = (cpus, memory)
         heap = self.classes[cls]
         task_id = heapq.heappop(heap) & _ID_MASK
         if not heap:
@@ -219,12 +220,12 @@ class Engine:
         return Outcome.FAILED, []
 
     def _make_ready(self, task_id: int) -> None:
-        task = self.dag.tasks[task_id]
+        o = options_of(self.dag.tasks[task_id])
         self.state[task_id] = _READY
         self.nready += 1
-        cls = (task.cpus, task.memory)
+        cls = (o.cpus, o.memory) if o.gpus == 0 and o.ranks == 1 else request_of(o)
         heap = self.classes.get(cls)
         if heap is None:
-            self.classes[cls] = [_key(task.priority, task_id)]
+            self.classes[cls] = [_key(o.priority, task_id)]
         else:
-            heapq.heappush(heap, _key(task.priority, task_id))
+            heapq.heappush(heap, _key(o.priority, task_id))

@@ -75,7 +75,8 @@ class EventLog(Observer):
         if host.name not in self.hosts:
             self.hosts.add(host.name)
             self.emit("host", host=host.name, slots=sum(w.slots for w in host.workers),
-                      workers=len(host.workers), cpus=host.cpus, memory=host.memory)
+                      workers=len(host.workers), cpus=host.cpus, memory=host.memory,
+                      gpus=len(host.gpus))
 
     # In JSON mode the three hooks below append to the pending events; a wave of events
     # (the roots of a big DAG all ready at once) is rendered every _HOLD_MAX of them.
@@ -113,15 +114,17 @@ class EventLog(Observer):
         # successor's start: its record being made durable changes nothing it says.
         if res.status == 0 and error is None:
             rank, host = self.where.pop(task.id, (-1, ""))
-            self._record((_result_lines, _end_time(res), task.name, seq, res,
-                          "succeeded", rank, host, task.cpus, task.memory))
+            ev = (_result_lines, _end_time(res), task.name, seq, res, "succeeded", rank, host,
+                  task.cpus, task.memory)
+            self._record(ev + _more(task) if task.gpus or task.ranks != 1 else ev)
 
     def result(self, task: Task, seq: int, res: TaskResult, outcome: str) -> None:
         if outcome == "succeeded":
             return  # written at its end (``ended``)
         rank, host = self.where.pop(task.id, (-1, ""))
-        self._record((_result_lines, _end_time(res), task.name, seq, res, outcome,
-                      rank, host, task.cpus, task.memory))
+        ev = (_result_lines, _end_time(res), task.name, seq, res, outcome, rank, host,
+              task.cpus, task.memory)
+        self._record(ev + _more(task) if task.gpus or task.ranks != 1 else ev)
 
     def _record(self, ev: tuple[Any, ...]) -> None:
         if self.json:
@@ -171,6 +174,12 @@ class EventLog(Observer):
 # line function returns the event's JSON line(s) exactly as logsetup.render_json writes
 # them: directly when every value is of a type it writes (a plain int, str, None or
 # finite float), otherwise by way of that renderer (``_rendered``).
+
+
+def _more(task: Task) -> tuple[int, int]:
+    """What a try's end adds for a task asking for GPUs or ranks (pmc extensions): GPUs
+    per rank and ranks (its hosts are its "host": a comma list)."""
+    return (task.gpus, task.ranks)
 
 
 def _ready_line(ev: tuple[Any, ...]) -> str:
@@ -226,6 +235,8 @@ def _num(v: object) -> str | None:
 def _result_lines(ev: tuple[Any, ...]) -> str:
     """task.finished, directly; the rarer task.failed (then task.retried) take the
     renderer's path."""
+    if len(ev) > 10:  # a task asking for GPUs or ranks: the renderer's path
+        return _rendered(ev)
     _, ts, name, seq, res, outcome, rank, host, cpus, memory = ev
     attempt, status, rss = res.attempt, res.status, res.max_rss_kb
     start, duration, cpu_time = res.start, res.duration, res.cpu_time
@@ -273,9 +284,11 @@ def _held_events(ev: tuple[Any, ...]) -> list[tuple[str, dict[str, Any]]]:
         return [("task.started", {"timestamp": ts, "task": name, "seq": seq,
                                   "try": attempt, "rank": rank, "host": host,
                                   "cpus": cpus, "memory": memory})]
-    _, _, name, seq, res, outcome, rank, host, cpus, memory = ev
+    _, _, name, seq, res, outcome, rank, host, cpus, memory = ev[:10]
     task = {"task": name, "seq": seq, "try": res.attempt, "rank": rank, "host": host,
             "cpus": cpus, "memory": memory}
+    if len(ev) > 10:
+        task["gpus"], task["ranks"] = ev[10], ev[11]
     fields = {"timestamp": ts, **task, "outcome": outcome, "status": res.status,
               "start": res.start, "duration": res.duration, "cpu_time": res.cpu_time,
               "user_cpu": res.user_cpu, "system_cpu": res.system_cpu,

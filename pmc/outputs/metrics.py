@@ -188,6 +188,15 @@ class PmcCollector(Collector):
         for host, n in t.host_slots.copy().items():
             host_slots.add_metric([host], n)
         yield host_slots
+        gpus = GaugeMetricFamily("pmc_gpus", "GPUs per host (hosts that have some)",
+                                 labels=["host"])
+        gpus_busy = GaugeMetricFamily("pmc_gpus_busy", "GPUs held by running tasks, per "
+                                      "host", labels=["host"])
+        for host, (busy, total) in t.host_gpus.copy().items():
+            gpus.add_metric([host], total)
+            gpus_busy.add_metric([host], busy)
+        yield gpus
+        yield gpus_busy
 
 
 def _le(bound: float) -> str:

@@ -102,6 +102,13 @@ class StatusFile(Observer):
             "slots": t.slots,
             "running_tasks": running,
             "failed_tasks": t.failed_names[:NAMES_KEPT],
+            # pmc extensions: GPUs of each host that has some, and the multi-rank tasks
+            # running with their hosts.
+            "gpus": {host: {"busy": busy, "total": total}
+                     for host, (busy, total) in t.host_gpus.copy().items()},
+            "multirank_tasks": [{"task": name, "hosts": hosts.split(",")}
+                                for name, hosts in islice(t.multirank.copy().values(),
+                                                          NAMES_KEPT)],
         }
 
     def text(self) -> str:

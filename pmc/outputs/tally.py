@@ -57,6 +57,10 @@ class Tally(Observer):
         self.buckets = [0] * (len(DURATION_BUCKETS) + 1)  # last: above the top bound
         self.host_runtime: dict[str, float] = {}
         self.host_slots: dict[str, int] = {}
+        # GPUs per host that has some: host -> (busy, total), as of its last change.
+        self.host_gpus: dict[str, tuple[int, int]] = {}
+        # Running multi-rank tasks (pmc extension): id -> (name, its hosts, comma list).
+        self.multirank: dict[int, tuple[str, str]] = {}
         self.failed_names: list[str] = []  # permanently failed, in order
         # Workers lost and started in their place, hosts quarantined; the slots and
         # workers these took away or brought, against the counts at the start.
@@ -75,6 +79,8 @@ class Tally(Observer):
     def host_changed(self, host: Host) -> None:
         if host.name not in self.host_slots:
             self.host_slots[host.name] = sum(w.slots for w in host.workers)
+        if host.gpus:
+            self.host_gpus[host.name] = (len(host.gpus) - len(host.free_gpus), len(host.gpus))
 
     def ready(self, task: Task, seq: int) -> None:
         self.ready_events += 1
@@ -84,6 +90,8 @@ class Tally(Observer):
             self.lost += 1
             self.cpus_busy -= task.cpus
             self.memory_busy -= task.memory
+            if self.multirank:
+                self._multirank_ended(task)
         elif self.sent.pop(task.id, None) is not None:
             self.lost += 1
 
@@ -97,6 +105,15 @@ class Tally(Observer):
         self.running[task.id] = (task, rank, host)
         self.cpus_busy += task.cpus
         self.memory_busy += task.memory
+        if task.ranks != 1:  # its other ranks' cpus and memory are busy too
+            self.multirank[task.id] = (task.name, host)
+            self.cpus_busy += task.cpus * (task.ranks - 1)
+            self.memory_busy += task.memory * (task.ranks - 1)
+
+    def _multirank_ended(self, task: Task) -> None:
+        if self.multirank.pop(task.id, None) is not None:
+            self.cpus_busy -= task.cpus * (task.ranks - 1)
+            self.memory_busy -= task.memory * (task.ranks - 1)
 
     def ended(self, task: Task, seq: int, res: TaskResult, error: str | None) -> None:
         d = res.duration
@@ -105,7 +122,12 @@ class Tally(Observer):
             self.cpus_busy -= task.cpus
             self.memory_busy -= task.memory
             host = entry[2]
-            self.host_runtime[host] = self.host_runtime.get(host, 0.0) + d
+            if self.multirank and task.id in self.multirank:
+                self._multirank_ended(task)
+                for name in host.split(","):  # each of its hosts was busy with it
+                    self.host_runtime[name] = self.host_runtime.get(name, 0.0) + d
+            else:
+                self.host_runtime[host] = self.host_runtime.get(host, 0.0) + d
         self.runtime += d
         self.cpu_time += res.cpu_time
         self.buckets[bisect_left(DURATION_BUCKETS, d)] += 1
@@ -147,6 +169,7 @@ class Tally(Observer):
     def finished(self, summary: Summary) -> None:
         self.summary = summary
         self.running.clear()
+        self.multirank.clear()
         self.sent.clear()
         self.prefetched = 0
         self.cpus_busy = self.memory_busy = 0

@@ -37,6 +37,7 @@ from pmc.dag import split_command
 from pmc.runtime.accounting import Accounting, self_maxrss_kb
 from pmc.runtime.guard import Guard
 from pmc.runtime.hostinfo import close_on_exec_all
+from pmc.runtime.multirank import RankLauncher
 from pmc.runtime.taskio import (
     TAIL_BYTES,
     Pipe,
@@ -58,8 +59,8 @@ _TASK_SIGDEF = (signal.SIGPIPE, signal.SIGTERM, signal.SIGINT, signal.SIGTTOU)
 
 class Running:
     __slots__ = (
-        "app", "cgroup", "err_fd", "err_offset", "err_path", "out_fd", "pid", "pidfd",
-        "pipes", "popen", "rss_floor", "spec", "start", "t0",
+        "app", "cgroup", "err_fd", "err_offset", "err_path", "nodefile", "out_fd", "pid",
+        "pidfd", "pipes", "popen", "rss_floor", "spec", "start", "t0",
     )
 
     def __init__(self, spec: TaskSpec) -> None:
@@ -77,6 +78,7 @@ class Running:
         self.rss_floor = 0  # the worker's RSS high-water mark when it was spawned
         self.err_path = ""  # where its stderr goes, and how long that file was then
         self.err_offset = 0
+        self.nodefile = ""  # a multi-rank task's node file
 
 
 # What a poller wait returns for each readable fd: the master's socket, a task's pidfd,
@@ -144,6 +146,10 @@ class Launcher:
         self.accounting = Accounting(config.worker_slots, config.strict_limits)
         close_on_exec_all()  # before the guard and the first task start
         self.guard = Guard(KILL_GRACE)
+        # GPUs (pmc extension): on a host with some, a task gets its own ids (none for a
+        # task asking for none) in CUDA_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES, PMC_GPUS.
+        self.gpu_host = False
+        self.ranks = RankLauncher(config.task_launcher, env)
         for d in self.accounting.parent:
             if d:  # removed by the guard should this worker be killed
                 self.guard.announce(b"c%s\n" % d.encode())
@@ -171,6 +177,14 @@ class Launcher:
         env["PMC_HOST_RANK"] = str(self.host_rank)
         if spec.affinity:
             env["PMC_AFFINITY"] = ",".join(map(str, spec.affinity))
+        if spec.gpus or self.gpu_host:
+            env["CUDA_VISIBLE_DEVICES"] = env["ROCR_VISIBLE_DEVICES"] = env["PMC_GPUS"] = \
+                ",".join(spec.gpus or ())
+        if spec.hosts:
+            try:
+                argv, env, r.nodefile = self.ranks.prepare(spec, argv, env)
+            except (OSError, ValueError) as e:
+                return self.fail_now(r, f"cannot start its launcher: {e}")
         cfg = self.cfg
         try:
             if cfg.per_task_stdio:
@@ -302,6 +316,8 @@ class Launcher:
         duration = time.monotonic() - r.t0
         status = wstatus  # raw, as the reference reports it
         spec = r.spec
+        if r.nodefile:
+            self.ranks.done(r.nodefile)
         if self.debug:
             if status & 0x7F:
                 log.debug(f"Task {spec.name} exited on signal {signal_of(status)} "

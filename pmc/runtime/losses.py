@@ -176,7 +176,7 @@ class Losses:
             task = self.dag.tasks[tid]
             if worker is not None:
                 # The slot went with the worker; its host gets the cpus and memory back.
-                self.resources.release(worker, task.cpus, task.memory)
+                self.resources.release(worker, task.cpus, task.memory, tid)
                 if affinity:
                     worker.host.give_cpu_set(list(affinity))
             self.forward_errors.pop(tid, None)

@@ -22,7 +22,7 @@ from pmc.core.engine import Engine, Outcome
 from pmc.core.events import Observer, RunInfo, Summary
 from pmc.core.protocol import TaskResult
 from pmc.core.rescue import RescueError, RescueLog
-from pmc.core.resources import Resources, Worker
+from pmc.core.resources import Resources
 from pmc.dag import DAG
 from pmc.errors import FatalError
 from pmc.options import RunOptions
@@ -131,6 +131,7 @@ class Master(Losses):
     def start(self) -> RunInfo:
         """Hand-shake with the workers, open the rescue log, set up the hosts: what the
         observers are told when the run has started."""
+        startup.check_launcher(self.opts.task_launcher)
         self.gather_workers()
         startup.check_capable(self.dag, self.engine.state, self.resources)
         self.rescue = RescueLog(self.opts.rescue_path, self.dag, self.done_at_start)
@@ -294,41 +295,21 @@ class Master(Losses):
         for tid in back:
             self.engine.requeue(tid)
         for tid, worker, affinity in refused:
-            task = self.dag.tasks[tid]
             if affinity:
                 worker.host.give_cpu_set(list(affinity))
-            self.resources.release(worker, task.cpus, task.memory)
-            self.out.host_changed(worker.host)
+            self.placer.release(tid, worker)
             self.engine.requeue(tid)
             if self.stop_reason is None:
                 self.mark_ready(tid)
-
-    def promote(self, pred: int, worker: Worker) -> int:
-        """``pred`` ended on ``worker``: its queued successor (if any) started in its
-        place and takes over its slot and resources (returned: the successor, -1 if
-        none). Otherwise the slot is free."""
-        tasks = self.dag.tasks
-        before = tasks[pred]
-        succ = self.chains.promote(pred)
-        if succ < 0:
-            self.resources.release(worker, before.cpus, before.memory)
-            self.out.host_changed(worker.host)
-            return -1
-        after = tasks[succ]
-        if (after.cpus, after.memory) != (before.cpus, before.memory):
-            self.resources.release(worker, before.cpus, before.memory)
-            self.resources.allocate(worker, after.cpus, after.memory)
-            self.out.host_changed(worker.host)
-        self.placer.dispatched(succ, worker)
-        return succ
 
     def note_started(self, task_id: int, start: float) -> None:
         """The worker started the task at ``start`` (its Unix time): observers hear it
         once, after its predecessor's end and before its own."""
         worker = self.chains.started(task_id)
         self.out.task_started(self.dag.tasks[task_id], self.seq[task_id],
-                              self.engine.attempts[task_id], worker.rank, worker.host.name,
-                              start)
+                              self.engine.attempts[task_id], worker.rank,
+                              self.placer.where(task_id, worker) if self.resources.grants
+                              else worker.host.name, start)
 
     def handle_results(self, results: list[TaskResult],
                        starts: list[tuple[int, float]] | None = None) -> None:
@@ -363,7 +344,7 @@ class Master(Losses):
             else:
                 # At once, before the successor's start: nothing to make durable first.
                 self.complete([(res, error)])
-            succ = self.promote(res.id, worker)
+            succ = self.placer.promote(res.id, worker)
             if succ >= 0 and succ in start_of:
                 self.note_started(succ, start_of[succ])
         for tid, start in starts:  # tasks started that are still running

@@ -15,7 +15,7 @@ from pmc.core.chains import Chains
 from pmc.core.engine import Engine
 from pmc.core.events import Observer
 from pmc.core.protocol import TaskSpec
-from pmc.core.resources import Resources, Worker
+from pmc.core.resources import Grant, Resources, Worker
 from pmc.dag import DAG
 from pmc.runtime.summary import Counts
 
@@ -37,6 +37,9 @@ class Placer:
         self.set_affinity = set_affinity
         self.debug = log.enabled(log.DEBUG)
         self.trace = log.enabled(log.TRACE)
+        # The GPU ids of queued tasks (taken from the task each follows): their grant
+        # once promoted (the master's ``promote``).
+        self.queued_gpus: dict[int, tuple[str, ...]] = {}
 
     def announce(self, task_ids: list[int], number: int) -> int:
         """Tell the observers the tasks ready at the start (the master's ``mark_ready``
@@ -67,26 +70,43 @@ class Placer:
             log.debug(f"Scheduling {engine.nready} tasks on {res.free_slots()} slots...")
         while engine.nready and res.any_idle():
             placed = False
-            for _key, cpus, memory in engine.ready_heads():
-                worker = res.find(cpus, memory)
-                if worker is None:
-                    continue
-                task_id = engine.pop(cpus, memory)
+            for _key, cls in engine.ready_heads():
+                cpus = cls[0]
+                plan = None
+                if len(cls) == 2:  # the usual task: cpus and memory on one host
+                    worker = res.find(cpus, cls[1])
+                    if worker is None:
+                        continue
+                else:  # GPUs or ranks
+                    found = res.find_request(cls)
+                    if found is None:
+                        continue
+                    worker, plan = found
+                task_id = engine.pop(cls)
                 placed = True
                 if not self.admit(task_id, left):
                     break
-                res.allocate(worker, cpus, memory)
+                grant = None
+                if plan is None:
+                    res.allocate(worker, cpus, cls[1])
+                else:
+                    grant = res.take(task_id, worker, cls, plan)
                 if self.debug:
                     self.log_placed(task_id, worker)
                 scheduled += 1
                 affinity = None
-                if self.set_affinity and cpus > 1:
+                single = plan is None or cls[3] == 1
+                if self.set_affinity and cpus > 1 and single:
                     cpu_set = worker.host.take_cpu_set(cpus)
                     affinity = tuple(cpu_set) if cpu_set else None
-                chains.start(task_id, worker, affinity, (cpus, memory))
-                batches.setdefault(worker.rank, []).append(self.spec(task_id, affinity))
+                chains.start(task_id, worker, affinity, cls if single else None)
+                batches.setdefault(worker.rank, []).append(
+                    self.spec(task_id, affinity, grant=grant))
                 self.dispatched(task_id, worker)
                 out.host_changed(worker.host)
+                if grant is not None and len(grant.parts) > 1:
+                    for host, *_rest in grant.parts[1:]:
+                        out.host_changed(host)
                 break
             if not placed:
                 break
@@ -105,17 +125,66 @@ class Placer:
         while engine.nready:
             # Only the task that would be chosen next anyway: prefetching must not
             # reorder priorities, nor starve a bigger task waiting for resources.
-            _key, cpus, memory = engine.ready_heads()[0]
-            tail = chains.open_tail(cpus, memory)
+            _key, cls = engine.ready_heads()[0]
+            gpus = 0
+            if len(cls) > 2:
+                if cls[3] != 1:
+                    break  # a multi-rank task waits for hosts, behind no task
+                gpus = cls[2]
+            tail = chains.open_tail(cls[0], cls[1], gpus)
             if tail < 0:
                 break
-            task_id = engine.pop(cpus, memory)
+            task_id = engine.pop(cls)
             if not self.admit(task_id, left):
                 continue
-            worker = chains.queue(task_id, tail, (cpus, memory))
+            ids: tuple[str, ...] | None = None
+            if gpus:
+                grant = self.resources.grants.get(tail)
+                held = grant.gpus if grant is not None else self.queued_gpus.get(tail, ())
+                ids = self.queued_gpus[task_id] = held[:gpus]
+            worker = chains.queue(task_id, tail, cls)
             if self.debug:
                 self.log_placed(task_id, worker, tail)
-            batches.setdefault(worker.rank, []).append(self.spec(task_id, None, after=tail))
+            batches.setdefault(worker.rank, []).append(
+                self.spec(task_id, None, after=tail, gpus=ids))
+
+    def promote(self, pred: int, worker: Worker) -> int:
+        """``pred`` ended on ``worker``: its queued successor (if any) started in its
+        place and takes over its slot and resources (returned: the successor, -1 if
+        none), and the GPU ids it was sent with. Otherwise the slot is free."""
+        tasks = self.dag.tasks
+        res = self.resources
+        before = tasks[pred]
+        succ = self.chains.promote(pred)
+        if succ < 0:
+            if res.grants:
+                self.release(pred, worker)
+            else:
+                res.release(worker, before.cpus, before.memory)
+                self.out.host_changed(worker.host)
+            return -1
+        after = tasks[succ]
+        ids = self.queued_gpus.pop(succ, None) if self.queued_gpus else None
+        if ids is not None or (res.grants and pred in res.grants) or \
+                (after.cpus, after.memory) != (before.cpus, before.memory):
+            res.release(worker, before.cpus, before.memory, pred)
+            res.allocate(worker, after.cpus, after.memory)
+            if ids:
+                res.claim(succ, worker, ids)
+            self.out.host_changed(worker.host)
+        self.dispatched(succ, worker)
+        return succ
+
+    def release(self, task_id: int, worker: Worker) -> None:
+        """A task's slot and all it holds given back (it ended, or was refused)."""
+        task = self.dag.tasks[task_id]
+        grants = self.resources.grants
+        grant = grants.get(task_id) if grants else None
+        self.resources.release(worker, task.cpus, task.memory, task_id)
+        self.out.host_changed(worker.host)
+        if grant is not None and len(grant.parts) > 1:
+            for host, *_rest in grant.parts[1:]:
+                self.out.host_changed(host)
 
     def admit(self, task_id: int, left: float | None) -> bool:
         """False (and the task held for the next run) if it would outlast the wall time."""
@@ -129,18 +198,34 @@ class Placer:
         self.out.held(task, reason)
         return False
 
-    def spec(self, task_id: int, affinity: tuple[int, ...] | None, after: int = -1) -> TaskSpec:
+    def spec(self, task_id: int, affinity: tuple[int, ...] | None, after: int = -1,
+             grant: Grant | None = None, gpus: tuple[str, ...] | None = None) -> TaskSpec:
         task = self.dag.tasks[task_id]
+        hosts = None
+        if grant is not None:
+            gpus = grant.gpus
+            if task.ranks > 1:
+                hosts = grant.hosts()
         return TaskSpec(task_id, task.name, task.command, task.cpus, task.memory,
                         self.engine.attempts[task_id], task.pipe_forwards, task.file_forwards,
-                        task.pegasus_id, affinity, after, task.expected_runtime)
+                        task.pegasus_id, affinity, after, task.expected_runtime, gpus, hosts)
 
     def dispatched(self, task_id: int, worker: Worker) -> None:
         """A try is the worker's: sent to start now, or promoted in its predecessor's
         place (until then, queued tasks are not the observers' business)."""
         self.counts.tries_submitted += 1
         self.out.dispatched(self.dag.tasks[task_id], self.seq[task_id],
-                            self.engine.attempts[task_id], worker.rank, worker.host.name)
+                            self.engine.attempts[task_id], worker.rank,
+                            self.where(task_id, worker) if self.resources.grants
+                            else worker.host.name)
+
+    def where(self, task_id: int, worker: Worker) -> str:
+        """The host a task runs on, as observers are told: for a multi-rank task on
+        several, their names, comma-separated, its worker's first."""
+        grant = self.resources.grants.get(task_id) if self.resources.grants else None
+        if grant is None or len(grant.parts) == 1:
+            return worker.host.name
+        return ",".join(name for name, _n in grant.hosts())
 
     def log_placed(self, task_id: int, worker: Worker, after: int = -1) -> None:
         """PMC's scheduling lines (debug and trace) for a task sent to a worker."""

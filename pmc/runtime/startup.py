@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from itertools import compress
 
 from pmc import log
 from pmc.core import protocol
@@ -17,8 +18,10 @@ from pmc.core.engine import State
 from pmc.core.protocol import WorkerConfig
 from pmc.core.resources import Resources
 from pmc.dag import DAG
+from pmc.dag.model import Task, options_of
 from pmc.errors import FatalError, Interrupted
 from pmc.options import RunOptions, worker_values
+from pmc.runtime import ranklaunch
 from pmc.transport import Transport, TransportError
 
 HELLO_TIMEOUT = 120.0
@@ -94,23 +97,36 @@ def add_worker(rank: int, msg: protocol.Message, resources: Resources) -> tuple[
     _, _, hostname, cpus, memory, slots, pid, sockets = msg[:8]
     # A worker that does not say how it measures: unknown.
     method, limits, why = msg[8:11] if len(msg) >= 11 else ("unknown", "rlimit", "")
+    gpus = tuple(msg[11]) if len(msg) >= 12 else ()
     if why:
         log.debug(f"Worker {rank}: task accounting through {method}: {why}")
-    resources.add_worker(rank, hostname, cpus, memory, slots, pid, sockets)
+    resources.add_worker(rank, hostname, cpus, memory, slots, pid, sockets, gpus)
     return method, limits
 
 
 def check_capable(dag: DAG, state: bytearray, resources: Resources) -> None:
-    """Abort before anything runs if some task not done yet can never fit on any host."""
-    seen: set[tuple[int, int]] = set()
+    """Abort before anything runs if some task not done yet can never fit on any host
+    (for a multi-rank task: on all of them together). One look per distinct
+    ``TaskOptions`` (tasks with the same option text share one), not per task."""
     done = int(State.DONE)
-    for task in dag.tasks:
-        cls = (task.cpus, task.memory)
-        if cls in seen or state[task.id] == done:
-            continue
-        seen.add(cls)
-        if not resources.can_ever_run(*cls):
-            raise FatalError(f"FATAL ERROR: No host is capable of running task {task.name}")
+    pending: list[Task] = dag.tasks
+    if done in state:  # a rescue log: those done need not fit
+        pending = list(compress(dag.tasks, map(done.__ne__, state)))
+    bad = {o for o in set(map(options_of, pending))
+           if not resources.can_ever_run(o.cpus, o.memory, o.gpus, o.ranks, o.ranks_per_host)}
+    if bad:
+        # The first such task in DAG order names it.
+        for task in pending:
+            if options_of(task) in bad:
+                raise FatalError(f"FATAL ERROR: No host is capable of running task {task.name}")
+
+def check_launcher(template: str | None) -> None:
+    """A --task-launcher template that cannot be used stops the run before it starts."""
+    if template is not None:
+        try:
+            ranklaunch.check_template(template)
+        except ValueError as e:
+            raise FatalError(f"--task-launcher: {e}") from None
 
 
 def start_hosts(t: Transport, resources: Resources, host_script: bool,

@@ -34,6 +34,7 @@ from pmc.runtime.hostinfo import (
 )
 from pmc.runtime.hostscript import HostScript
 from pmc.runtime.launch import KILL_GRACE, Launcher, Running
+from pmc.runtime.topology import gpu_inventory
 from pmc.transport import Transport, TransportError, look_interval
 
 # While every running task has its successor queued, results wait up to this long to
@@ -103,7 +104,12 @@ class Worker:
     # -- start-up ------------------------------------------------------------------
 
     def hello(self) -> protocol.Message:
+        """What this worker tells the master of its host. Its GPU inventory (--host-gpus,
+        else probed; limited to the job's own set) is read first: a contradiction
+        raises ValueError, which stops the worker."""
         cfg = self.cfg
+        gpus, _how = gpu_inventory(cfg.host_gpus, os.environ)
+        self.launcher.gpu_host = bool(gpus)
         if not cfg.keep_affinity:
             clear_affinity()
         cpus = cfg.host_cpus if cfg.host_cpus is not None else detect_cpus()
@@ -111,7 +117,8 @@ class Worker:
         sockets = cpu_sockets() if cfg.set_affinity else {}
         acc = self.launcher.accounting
         return (protocol.HELLO, protocol.VERSION, self.hostname, cpus, memory, cfg.worker_slots,
-                os.getpid(), sockets, acc.method, acc.limits, acc.why)
+                os.getpid(), sockets, acc.method, acc.limits, acc.why,
+                tuple(g.id for g in gpus))
 
     def run_host_script(self) -> tuple[bool, str]:
         """Start the host script and wait for it to exit 0 (SIGALRM after its timeout,
@@ -350,10 +357,10 @@ def _live(transport: Transport) -> int:
     try:
         worker = Worker(transport, cfg)
         worker.inbox.extend(inbox)
-    except OSError as e:
+        hello = worker.hello()
+    except (OSError, ValueError) as e:
         transport.send(0, (protocol.ERROR, f"worker {transport.rank} cannot start: {e}"))
         return 1
-    hello = worker.hello()
     transport.send(0, hello)
     if log.enabled(log.TRACE):
         log.trace(f"Worker {rank}: Host name: {hello[2]}")
@@ -385,6 +392,7 @@ def _live(transport: Transport) -> int:
         return 1
     finally:
         worker.launcher.accounting.close()
+        worker.launcher.ranks.close()
         for sig, handler in prev_handlers.items():
             signal.signal(sig, handler)
     return 0

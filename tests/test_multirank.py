@@ -1,0 +1,111 @@
+"""Multi-rank tasks (``--ranks``, ``--ranks-per-host``: pmc extensions), with real runs: a
+2-rank mpi4py program started by the default launcher (mpiexec outside Slurm, srun
+--overlap inside an allocation) embedded, inside an ``mpiexec`` MPI-mode run, and inside
+a job of the real one-node Slurm. Each rank writes its rank and size to a file of its
+own; the test reads them back. The Slurm case is tests/slurm/test_multirank_slurm.py."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from pmctest import clean_env, pmc, pmc_mpi, write_dag
+
+pytest.importorskip("mpi4py")
+if shutil.which("mpiexec") is None:
+    pytest.skip("mpiexec not installed", allow_module_level=True)
+
+PROGRAM = """\
+import os, sys
+from mpi4py import MPI
+c = MPI.COMM_WORLD
+with open(f"{sys.argv[1]}.{c.Get_rank()}", "w") as f:
+    f.write(f"{c.Get_rank()} {c.Get_size()} {os.environ.get('PMC_HOSTS', '-')} "
+            f"{os.environ.get('SLURM_STEP_ID', '-')}\\n")
+"""
+
+
+def mpi_dag(tmp_path: Path, extra: str = "") -> Path:
+    (tmp_path / "prog.py").write_text(PROGRAM)
+    py = sys.executable
+    return write_dag(tmp_path / "m.dag",
+                     f"TASK mr --ranks 2 {py} prog.py out\n"
+                     f"TASK after {py} -c \"open('after', 'w')\"\n"
+                     f"EDGE mr after\n{extra}")
+
+
+def ranks_written(tmp_path: Path, stem: str) -> list[tuple[int, int, str, str]]:
+    """(rank, size, PMC_HOSTS, SLURM_STEP_ID) each rank wrote ("-": not set)."""
+    out = []
+    for p in sorted(tmp_path.glob(f"{stem}.*")):
+        rank, size, hosts, step = p.read_text().split()
+        out.append((int(rank), int(size), hosts, step))
+    return out
+
+
+def test_two_rank_task_embedded(tmp_path: Path) -> None:
+    dag = mpi_dag(tmp_path)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    r = pmc(["run", "--local", "--workers", "2", "--host-cpus", "2", dag.name], tmp_path,
+            env=clean_env(TMPDIR=str(tmp)))
+    assert r.returncode == 0, r.stderr
+    got = ranks_written(tmp_path, "out")
+    assert [(rank, size) for rank, size, _h, _s in got] == [(0, 2), (1, 2)]
+    assert all(hosts != "-" for _r, _s, hosts, _st in got), "PMC_HOSTS names its host"
+    assert (tmp_path / "after").exists(), "its child ran after it succeeded"
+    assert "DONE mr" in (tmp_path / "m.dag.rescue").read_text()
+    assert "[cluster-task name=mr," in r.stdout
+    # The node file lived in the worker's temporary directory, and is gone with it.
+    assert not list(tmp.glob("pmc-ranks-*"))
+
+
+def test_two_rank_task_inside_an_mpiexec_run(tmp_path: Path) -> None:
+    # The outer launch's PMI variables are scrubbed from the task's environment, so the
+    # nested mpiexec starts a world of its own (size 2, not the run's 3).
+    dag = mpi_dag(tmp_path)
+    r = pmc_mpi(3, ["run", "--mpi", "--host-cpus", "2", dag.name], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert [(rank, size) for rank, size, _h, _s in ranks_written(tmp_path, "out")] == \
+        [(0, 2), (1, 2)]
+    assert (tmp_path / "after").exists()
+
+
+def test_ranks_per_host_takes_the_whole_host_and_waits_for_it(tmp_path: Path) -> None:
+    py = sys.executable
+    dag = mpi_dag(tmp_path, f"TASK four --ranks 4 --ranks-per-host 4 {py} prog.py four\n")
+    r = pmc(["run", "--local", "--workers", "2", "--host-cpus", "4", "--log-format", "json",
+             "--log-file", "ev.jsonl", dag.name], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert [(rank, size) for rank, size, _h, _s in ranks_written(tmp_path, "four")] == \
+        [(0, 4), (1, 4), (2, 4), (3, 4)]
+    ends = {}
+    for line in (tmp_path / "ev.jsonl").read_text().splitlines():
+        ev = json.loads(line)
+        if ev["event"] == "task.finished":
+            ends[ev["task"]] = ev
+    assert ends["four"]["ranks"] == 4 and ends["mr"]["ranks"] == 2
+    # Four cpus: "four" needs all of them, so it never ran beside "mr" (2 of them).
+    mr, four = ends["mr"], ends["four"]
+    assert four["start"] >= mr["start"] + mr["duration"] or \
+        mr["start"] >= four["start"] + four["duration"]
+
+
+def test_more_ranks_than_the_hosts_have_is_refused_at_start(tmp_path: Path) -> None:
+    dag = write_dag(tmp_path / "big.dag", "TASK big --ranks 8 touch ran\n")
+    r = pmc(["run", "--local", "--workers", "2", "--host-cpus", "4", dag.name], tmp_path)
+    assert r.returncode == 1
+    assert "FATAL ERROR: No host is capable of running task big" in r.stderr
+    assert not (tmp_path / "ran").exists()
+
+
+def test_a_bad_launcher_template_stops_the_run_before_it_starts(tmp_path: Path) -> None:
+    dag = mpi_dag(tmp_path)
+    r = pmc(["run", "--local", "--workers", "1", "--task-launcher", "mpiexec -n {rank}",
+             dag.name], tmp_path)
+    assert r.returncode == 1
+    assert "--task-launcher" in r.stderr and "{rank}" in r.stderr
+    assert not list(tmp_path.glob("out.*"))
