@@ -5,10 +5,16 @@ task asking for more than any host has stops the run at the start."""
 
 from __future__ import annotations
 
+import json
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 from pmctest import clean_env, pmc, pmc_mpi, write_dag
+from prometheus_client.parser import text_string_to_metric_families
 
 # Each task writes, to its own file: its start time, the three variables, its end time.
 # "date +%s.%N" is the shell's clock: the same one for every task of a host.
@@ -111,3 +117,50 @@ def test_no_gpus_on_the_host_refuses_a_gpu_task(tmp_path: Path) -> None:
     r = pmc(["run", "--local", "--workers", "1", "--host-gpus", "0", dag.name], tmp_path)
     assert r.returncode == 1
     assert "FATAL ERROR: No host is capable of running task g" in r.stderr
+
+
+def test_status_metrics_and_report_show_gpus_and_a_multi_rank_tasks_hosts(
+        tmp_path: Path) -> None:
+    # The launcher template "env PMC_LAUNCHED={ranks}" starts the 2-rank task's program
+    # once: what is looked at here is what pmc says of it, not MPI.
+    gate = tmp_path / "gate"
+    wait = f"sh -c 'while [ ! -e {gate} ]; do sleep 0.05; done'"
+    dag = write_dag(tmp_path / "w.dag", f"TASK g --request-gpus 2 {wait}\n"
+                                        f"TASK mr --ranks 2 --request-gpus 1 {wait}\n")
+    host = socket.gethostname()
+    run = subprocess.Popen(
+        [sys.executable, "-m", "pmc", "run", "--local", "--workers", "2", "--host-cpus", "4",
+         "--host-gpus", "4", "--task-launcher", "env PMC_LAUNCHED={ranks}",
+         "--log-format", "json", "--log-file", "ev.jsonl", "--metrics-textfile", "m.prom",
+         dag.name], cwd=tmp_path, env=clean_env(), stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(600):
+            snap = json.loads(pmc(["status", "--json", dag.name], tmp_path).stdout)
+            if snap["running"] == 2:
+                break
+            time.sleep(0.1)
+        assert snap["gpus"] == {host: [4, 4]}, "2 for g, 1 per rank for mr"
+        assert snap["multirank_tasks"] == {"mr": [host]}
+        text = pmc(["status", dag.name], tmp_path).stdout
+        assert f"multi-rank task mr on: {host}\n" in text
+        assert f"gpus busy/total: {host} 4/4\n" in text
+    finally:
+        gate.touch()
+        _out, err = run.communicate(timeout=60)
+    assert run.returncode == 0, err
+    prom = (tmp_path / "m.prom").read_text()
+    families = {f.name: f for f in text_string_to_metric_families(prom)}
+    assert [(s.labels["host"], s.value) for s in families["pmc_gpus"].samples] == \
+        [(host, 4.0)]
+    assert [(s.labels["host"], s.value) for s in families["pmc_gpus_busy"].samples] == \
+        [(host, 0.0)]  # all ended
+    report = pmc(["report", "ev.jsonl"], tmp_path)
+    assert report.returncode == 0, report.stderr
+    lines = report.stdout.splitlines()
+    at = lines.index("GPUs per host (busy: GPU-seconds of tries / (TTX x GPUs)):")
+    row = lines[at + 2].split()
+    assert row[:2] == [host, "4"] and float(row[2]) > 0
+    ends = [json.loads(line) for line in (tmp_path / "ev.jsonl").read_text().splitlines()]
+    mr = next(e for e in ends if e["event"] == "task.finished" and e["task"] == "mr")
+    assert (mr["gpus"], mr["ranks"], mr["host"]) == (1, 2, host)

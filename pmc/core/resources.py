@@ -393,8 +393,8 @@ class Resources:
             for host in self.hosts.values():
                 if not left:
                     break
-                if host is first:
-                    continue
+                if host is first or not host.workers:
+                    continue  # (a host without workers: lost, or quarantined)
                 n = min(host.room(cpus, memory, gpus), left)
                 if per_host:
                     if n < per_host:
