@@ -85,10 +85,12 @@ def test_task_env_scrubs_outer_launch() -> None:
              "HYDI_CONTROL_FD": "7", "OMPI_COMM_WORLD_RANK": "1", "SLURM_PROCID": "1",
              "SLURM_STEP_ID": "0", "SLURM_STEPID": "0", "SLURM_NTASKS": "2",
              "SLURM_CPUS_PER_TASK": "1", "SLURM_NTASKS_PER_NODE": "2",
+             "SRUN_CPUS_PER_TASK": "4", "SLURM_GPUS_PER_NODE": "4",
              "SLURM_JOB_ID": "7", "SLURM_NODELIST": "vm", "OMPI_MCA_btl": "self",
              "CUDA_VISIBLE_DEVICES": "1", "PMC_AFFINITY": "0"}
     env = task_env(outer, [("vm", 2), ("w", 1)], "/run/nf")
     assert env == {"PATH": "/bin", "SLURM_JOB_ID": "7", "SLURM_NODELIST": "vm",
+                   "SLURM_GPUS_PER_NODE": "4",
                    "OMPI_MCA_btl": "self", "CUDA_VISIBLE_DEVICES": "1",
                    "PMC_HOSTS": "vm,w", "PMC_NODEFILE": "/run/nf",
                    "SLURM_HOSTFILE": "/run/nf"}
@@ -108,7 +110,7 @@ if MPI.COMM_WORLD.Get_rank() == 0:
     rl.write_nodefile(nodefile, hosts)
     argv = rl.launcher_argv(template, ranks=2, hosts=hosts, cpus_per_rank=1,
                             nodefile=nodefile)
-    env = rl.task_env(os.environ, hosts, nodefile)
+    env = rl.task_env(os.environ, hosts, nodefile) if sys.argv[4] == "scrub" else None
     rc = subprocess.run(argv + [sys.executable, sys.argv[3], out], env=env,
                         timeout=120).returncode
 MPI.COMM_WORLD.Barrier()
@@ -116,14 +118,21 @@ sys.exit(rc)
 """
 
 
-def _nested(tmp_path: Path, outer: list[str], template: str) -> list[str]:
+def _nested(tmp_path: Path, outer: list[str], template: str, *, scrub: bool = True,
+            **env_extra: str) -> list[str]:
+    """The lines the nested 2-rank program wrote ([] when the nested launch failed)."""
     script = tmp_path / "outer.py"
     script.write_text(NESTED)
     out = tmp_path / "ranks.txt"
-    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    out.unlink(missing_ok=True)
+    env = {**os.environ, **env_extra,
+           "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     proc = subprocess.run([*outer, sys.executable, str(script), str(out), template,
-                           str(MPI_RANKS)], cwd=tmp_path, env=env, timeout=180,
-                          capture_output=True, text=True, check=False)
+                           str(MPI_RANKS), "scrub" if scrub else "raw"], cwd=tmp_path,
+                          env=env, timeout=180, capture_output=True, text=True, check=False)
+    if not out.exists():
+        assert proc.returncode != 0
+        return []
     assert proc.returncode == 0, proc.stderr[-2000:]
     return sorted(out.read_text().splitlines())
 
@@ -153,9 +162,25 @@ def _slurm_node() -> tuple[str, str]:
 
 
 @pytest.mark.slurm
+@pytest.mark.slow
 def test_nested_srun_overlap_inside_an_srun_step(tmp_path: Path) -> None:
     host, cpus = _slurm_node()
     # the outer step takes every cpu of the node: only --overlap lets the nested one in
     lines = _nested(tmp_path, ["srun", "--mpi=pmi2", "-n", "1", "-c", cpus, "--exact",
                                f"--nodelist={host}"], DEFAULT_SLURM)
     assert lines == [f"0 2 {host}", f"1 2 {host}"]
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_nested_srun_takes_its_own_layout_not_the_outer_steps(tmp_path: Path) -> None:
+    # As in a batch script of sbatch -c C: the outer step's cpus per task (from
+    # SRUN_CPUS_PER_TASK and the step's SLURM_CPUS_PER_TASK) would make a 2-rank step
+    # ask for twice the node's cpus; scrubbed, the template alone decides.
+    host, cpus = _slurm_node()
+    outer = ["srun", "--mpi=pmi2", "-n", "1", "-c", cpus, "--exact", f"--nodelist={host}"]
+    template = "srun --mpi=pmi2 --overlap --distribution=arbitrary --ntasks={ranks} " \
+               "--nodelist={nodefile}"
+    assert _nested(tmp_path, outer, template, SRUN_CPUS_PER_TASK=cpus) == [
+        f"0 2 {host}", f"1 2 {host}"]
+    assert _nested(tmp_path, outer, template, scrub=False, SRUN_CPUS_PER_TASK=cpus) == []

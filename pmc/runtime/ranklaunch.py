@@ -102,16 +102,17 @@ def write_nodefile(path: str, hosts: Sequence[tuple[str, int]]) -> None:
     atomic_write(path, "".join(f"{h}\n" * n for h, n in hosts))
 
 
-# Slurm's per-step and per-task variables, and the srun options read from the
-# environment: left in place, a nested srun takes the outer step's layout (its
-# --ntasks, --cpus-per-task, distribution, binding) for its own. The job's variables
-# (SLURM_JOB_*, SLURM_NODELIST, ...) stay: the nested step runs in the same job.
+# Slurm's per-step and per-task variables, and the srun options an outer srun step (or
+# sbatch -c: SRUN_CPUS_PER_TASK) leaves in the environment: left in place, a nested srun
+# takes the outer step's layout (its task count, nodes, cpus per task, distribution,
+# binding) for its own. The job's variables (SLURM_JOB_*, SLURM_NODELIST,
+# SLURM_GPUS_PER_NODE, SLURM_MEM_PER_NODE, ...) stay: the nested step runs in that job.
 _SLURM_STEP = re.compile(
-    r"^SLURM_(STEP_.*|STEPID|NODEID|LOCALID|GTIDS|TASK_PID|TASKS_PER_NODE|PRIO_PROCESS|"
-    r"LAUNCH_NODE_IPADDR|SRUN_COMM_.*|UMASK|DISTRIBUTION|CPU_BIND.*|MEM_BIND.*|NTASKS|"
-    r"NPROCS|NTASKS_PER_.*|CPUS_PER_TASK|EXACT|OVERLAP|NNODES|JOB_NUM_NODES_UNUSED|"
-    r"HOSTFILE|ARBITRARY_NODELIST|MPI_TYPE|PMIX_.*|PMI2_.*|TOPOLOGY_ADDR.*|CPUS_ON_NODE|"
-    r"SPANK_.*|LAUNCHER)$")
+    r"^(SLURM_(STEP_.*|STEPID|NODEID|LOCALID|GTIDS|TASK_PID|TASKS_PER_NODE|PRIO_PROCESS|"
+    r"LAUNCH_NODE_IPADDR|SRUN_COMM_.*|UMASK|DISTRIBUTION|DIST_PLANESIZE|CPU_BIND.*|"
+    r"MEM_BIND.*|NTASKS|NPROCS|NTASKS_PER_.*|CPUS_PER_TASK|EXACT|OVERLAP|NNODES|HOSTFILE|"
+    r"ARBITRARY_NODELIST|MPI_TYPE|PMIX_.*|PMIXP_.*|PMI2_.*|TOPOLOGY_ADDR.*)"
+    r"|SRUN_CPUS_PER_TASK)$")
 # Hydra's own markers of a process it started.
 _HYDRA = ("HYDRA_CONTROL_FD", "HYDI_CONTROL_FD", "PMI_FD", "PMI_PORT", "PMI_RANK",
           "PMI_SIZE", "MPIR_CVAR_CH3_INTERFACE_HOSTNAME")
