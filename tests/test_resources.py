@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+from array import array
+from pathlib import Path
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pmc.core.chains import Chains
+from pmc.core.engine import Engine
+from pmc.core.events import Observer
 from pmc.core.resources import Host, Resources, Worker
+from pmc.dag import parse_dag
+from pmc.runtime.placement import Placer
+from pmc.runtime.summary import Counts
 
 
 def pool() -> Resources:
@@ -329,3 +338,29 @@ def test_grants_never_oversubscribe_and_release_restores(
     for h in r.hosts.values():
         assert h.free_cpus == h.cpus and h.free_gpus == list(h.gpus)
     assert r.free_slots() == 8
+
+
+def test_a_gpu_tasks_cpus_go_on_its_gpus_numa_node_where_they_fit() -> None:
+    # Two NUMA nodes of 4 cpus; the task's GPU is on node 1.
+    h = Host("h", 8, 0, {c: c // 4 for c in range(8)})
+    assert h.take_cpu_set(2, near=1) == [4, 5]
+    assert h.take_cpu_set(2, near=1) == [6, 7]
+    # Node 1 is full: the cpus go where the fewest nodes hold them, as without a GPU.
+    assert h.take_cpu_set(2, near=1) == [0, 1]
+    assert h.take_cpu_set(4, near=0) is None  # 2 left on node 0, none elsewhere
+
+
+def test_placement_binds_a_gpu_task_near_its_gpus(tmp_path: Path) -> None:
+    """Through the placer: --set-affinity and a GPU whose node the worker reported."""
+    dag_path = tmp_path / "g.dag"
+    dag_path.write_text("TASK g -c 2 --request-gpus 1 /bin/true\n")
+    dag = parse_dag(str(dag_path))
+    r = Resources()
+    r.add_worker(1, "h", cpus=8, memory=0, slots=1, cpu_socket={c: c // 4 for c in range(8)},
+                 gpus=("0", "1"), gpu_numa={"0": 1, "1": 0})
+    engine = Engine(dag)
+    placer = Placer(dag, engine, r, Chains(), array("i", [0]), Counts(), Observer(),
+                    prefetch=False, set_affinity=True)
+    batches = placer.place(None)
+    (spec,) = batches[1]
+    assert spec.gpus == ("0",) and spec.affinity == (4, 5)  # GPU 0 is on node 1

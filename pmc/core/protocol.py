@@ -6,7 +6,8 @@ worker has ready. The sequence of a run:
 
     master -> worker   CONFIG(version, WorkerConfig)
     worker -> master   HELLO(version, hostname, cpus, memory_mb, slots, pid, cpu_socket,
-                             accounting, memory limits, why, gpu ids)
+                             accounting, memory limits, why, gpu ids,
+                             ((gpu id, its NUMA node), ...))
     master -> worker   START(host_rank, run_host_script, wall_left)  (seconds of wall time
                                                           left, None: no limit)
     worker -> master   HOST_SCRIPT(ok, message)          (only the worker that ran it)

@@ -34,6 +34,7 @@ class Host:
         "free_gpus",
         "free_memory",
         "free_slots",
+        "gpu_numa",
         "gpus",
         "idle",
         "memory",
@@ -58,6 +59,7 @@ class Host:
         self.cpu_free = set(cpu_socket)
         self.gpus: tuple[str, ...] = ()  # GPU ids as the job sees them
         self.free_gpus: list[str] = []  # in the host's order
+        self.gpu_numa: dict[str, int] = {}  # GPU id -> its NUMA node, where sysfs says
 
     def fits(self, cpus: int, memory: int) -> bool:
         return self.free_cpus >= cpus and self.free_memory >= memory
@@ -88,13 +90,19 @@ class Host:
         back.update(self.free_gpus)
         self.free_gpus = [g for g in self.gpus if g in back]  # the host's order again
 
-    def take_cpu_set(self, n: int) -> list[int] | None:
-        """Lowest free cpus on the fewest sockets possible, or None (let the task float)."""
+    def take_cpu_set(self, n: int, near: int | None = None) -> list[int] | None:
+        """Lowest free cpus on the fewest NUMA nodes (sockets where the nodes are unknown)
+        possible, or None (let the task float). On node ``near`` (its GPUs' node) when
+        its free cpus are enough."""
         if n <= 1 or len(self.cpu_free) < n or not self.cpu_socket:
             return None
         per_socket: dict[int, list[int]] = {}
         for cpu in sorted(self.cpu_free):
             per_socket.setdefault(self.cpu_socket[cpu], []).append(cpu)
+        if near is not None and len(per_socket.get(near, ())) >= n:
+            on_node = per_socket[near][:n]
+            self.cpu_free.difference_update(on_node)
+            return on_node
         sizes: dict[int, int] = {}
         for sock in self.cpu_socket.values():
             sizes[sock] = sizes.get(sock, 0) + 1
@@ -305,12 +313,14 @@ class Resources:
         pid: int = 0,
         cpu_socket: dict[int, int] | None = None,
         gpus: tuple[str, ...] = (),
+        gpu_numa: dict[str, int] | None = None,
     ) -> Worker:
         host = self.hosts.get(hostname)
         if host is None:
             host = self.hosts[hostname] = Host(hostname, cpus, memory, cpu_socket or {})
             host.gpus = tuple(gpus)
             host.free_gpus = list(gpus)
+            host.gpu_numa = gpu_numa or {}
         worker = Worker(rank, host, len(host.workers), slots, pid)
         host.workers.append(worker)
         host.free_slots += slots

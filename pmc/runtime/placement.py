@@ -97,7 +97,9 @@ class Placer:
                 affinity = None
                 single = plan is None or cls[3] == 1
                 if self.set_affinity and cpus > 1 and single:
-                    cpu_set = worker.host.take_cpu_set(cpus)
+                    host = worker.host
+                    near = host.gpu_numa.get(grant.gpus[0]) if grant and grant.gpus else None
+                    cpu_set = host.take_cpu_set(cpus, near)
                     affinity = tuple(cpu_set) if cpu_set else None
                 chains.start(task_id, worker, affinity, cls if single else None)
                 batches.setdefault(worker.rank, []).append(

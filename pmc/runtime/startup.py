@@ -98,9 +98,10 @@ def add_worker(rank: int, msg: protocol.Message, resources: Resources) -> tuple[
     # A worker that does not say how it measures: unknown.
     method, limits, why = msg[8:11] if len(msg) >= 11 else ("unknown", "rlimit", "")
     gpus = tuple(msg[11]) if len(msg) >= 12 else ()
+    gpu_numa = dict(msg[12]) if len(msg) >= 13 else {}
     if why:
         log.debug(f"Worker {rank}: task accounting through {method}: {why}")
-    resources.add_worker(rank, hostname, cpus, memory, slots, pid, sockets, gpus)
+    resources.add_worker(rank, hostname, cpus, memory, slots, pid, sockets, gpus, gpu_numa)
     return method, limits
 
 

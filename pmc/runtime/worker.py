@@ -34,7 +34,7 @@ from pmc.runtime.hostinfo import (
 )
 from pmc.runtime.hostscript import HostScript
 from pmc.runtime.launch import KILL_GRACE, Launcher, Running
-from pmc.runtime.topology import gpu_inventory
+from pmc.runtime.topology import cpu_numa_nodes, gpu_inventory
 from pmc.transport import Transport, TransportError, look_interval
 
 # While every running task has its successor queued, results wait up to this long to
@@ -114,11 +114,14 @@ class Worker:
             clear_affinity()
         cpus = cfg.host_cpus if cfg.host_cpus is not None else detect_cpus()
         memory = cfg.host_memory if cfg.host_memory is not None else detect_memory_mb()
-        sockets = cpu_sockets() if cfg.set_affinity else {}
+        # --set-affinity groups a task's cpus by NUMA node, by socket where sysfs has no
+        # nodes to tell.
+        sockets = (cpu_numa_nodes() or cpu_sockets()) if cfg.set_affinity else {}
         acc = self.launcher.accounting
         return (protocol.HELLO, protocol.VERSION, self.hostname, cpus, memory, cfg.worker_slots,
                 os.getpid(), sockets, acc.method, acc.limits, acc.why,
-                tuple(g.id for g in gpus))
+                tuple(g.id for g in gpus),
+                tuple((g.id, g.numa) for g in gpus if g.numa is not None))
 
     def run_host_script(self) -> tuple[bool, str]:
         """Start the host script and wait for it to exit 0 (SIGALRM after its timeout,
