@@ -61,6 +61,10 @@ def test_job_set_restricts_probe_with_ids_as_the_job_sees_them(tmp_path: Path) -
     # Slurm renumbering inside a device cgroup: physical ids from SLURM_JOB_GPUS
     env = {**NO_PATH, "CUDA_VISIBLE_DEVICES": "0,1", "SLURM_JOB_GPUS": "2,3"}
     assert gpu_inventory(None, env, str(tmp_path)) == ([Gpu("0", 1), Gpu("1", 1)], "nvidia")
+    # a hint naming devices the probe does not show: ids kept, nodes unknown
+    env = {**NO_PATH, "CUDA_VISIBLE_DEVICES": "0,1", "SLURM_JOB_GPUS": "6,7"}
+    assert gpu_inventory(None, env, str(tmp_path)) == ([Gpu("0", None), Gpu("1", None)],
+                                                       "nvidia")
 
 
 def test_job_set_without_probe_is_the_inventory(tmp_path: Path) -> None:

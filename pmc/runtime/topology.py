@@ -189,9 +189,11 @@ def _restrict(probed: list[Gpu], source: str, var: str, ids: list[str],
     for seen, phys in zip(ids, physical, strict=True):
         if phys in by_id:
             out.append(Gpu(seen, by_id[phys].numa))
-        elif phys.isdigit():
+        elif seen in by_id and physical is not ids:
+            out.append(Gpu(seen, None))  # the Slurm hint names no probed device
+        elif seen.isdigit():
             have = ",".join(g.id for g in probed)
-            raise ValueError(f"{var} names GPU {phys}, but this host's {source} devices "
+            raise ValueError(f"{var} names GPU {seen}, but this host's {source} devices "
                              f"are {have}")
         else:
             out.append(Gpu(seen, None))  # a UUID or MIG name: kept, node unknown
