@@ -364,3 +364,27 @@ def test_placement_binds_a_gpu_task_near_its_gpus(tmp_path: Path) -> None:
     batches = placer.place(None)
     (spec,) = batches[1]
     assert spec.gpus == ("0",) and spec.affinity == (4, 5)  # GPU 0 is on node 1
+
+
+def test_a_queued_gpu_task_is_not_called_back_while_its_gpus_are_held(
+        tmp_path: Path) -> None:
+    # The master takes queued tasks back for an idle slot only if they could start there:
+    # a free slot and cpus are not enough for a task whose GPUs are all held.
+    dag_path = tmp_path / "g.dag"
+    dag_path.write_text("TASK a --request-gpus 2 /bin/true\nTASK b --request-gpus 2 /bin/true\n"
+                        "TASK c /bin/true\n")
+    dag = parse_dag(str(dag_path))
+    r = Resources()
+    r.add_worker(1, "h", cpus=4, memory=0, slots=1, gpus=("0", "1"))
+    r.add_worker(2, "h", cpus=4, memory=0, slots=1, gpus=("0", "1"))
+    r.add_worker(3, "h", cpus=4, memory=0, slots=1, gpus=("0", "1"))
+    placer = Placer(dag, Engine(dag), r, Chains(), array("i", [0, 0, 0]), Counts(),
+                    Observer(), prefetch=True, set_affinity=False)
+    batches = placer.place(None)
+    specs = {s.name: s for specs in batches.values() for s in specs}
+    assert specs["a"].gpus == ("0", "1") and specs["a"].after == -1
+    # b waits behind a, with a's ids; c took another slot; the third is idle.
+    assert specs["b"].after == specs["a"].id and specs["b"].gpus == ("0", "1")
+    assert specs["c"].gpus is None and specs["c"].after == -1
+    assert r.find(1, 0) is not None, "an idle slot, with cpus"
+    assert not placer.fits_now(specs["b"].id)

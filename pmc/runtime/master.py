@@ -274,9 +274,7 @@ class Master(Losses):
         if self.prefetch and not engine.nready and chains.queued and res.any_idle():
             # A slot is idle while tasks wait behind running ones: take back those that
             # could start there now (the end of a layer, uneven task lengths).
-            tasks = self.dag.tasks
-            self.recall(tid for tid in chains.queued
-                        if res.find(tasks[tid].cpus, tasks[tid].memory) is not None)
+            self.recall(tid for tid in chains.queued if self.placer.fits_now(tid))
         for rank, specs in batches.items():
             self.send(rank, (protocol.TASKS, specs))
 

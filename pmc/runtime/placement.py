@@ -17,6 +17,7 @@ from pmc.core.events import Observer
 from pmc.core.protocol import TaskSpec
 from pmc.core.resources import Grant, Resources, Worker
 from pmc.dag import DAG
+from pmc.dag.model import options_of, request_of
 from pmc.runtime.summary import Counts
 
 Batches = dict[int, list[TaskSpec]]  # worker rank -> tasks to send it
@@ -187,6 +188,13 @@ class Placer:
         if grant is not None and len(grant.parts) > 1:
             for host, *_rest in grant.parts[1:]:
                 self.out.host_changed(host)
+
+    def fits_now(self, task_id: int) -> bool:
+        """Whether a free slot could start the task now (its GPUs and ranks included)."""
+        cls = request_of(options_of(self.dag.tasks[task_id]))
+        if len(cls) == 2:
+            return self.resources.find(cls[0], cls[1]) is not None
+        return self.resources.find_request(cls) is not None
 
     def admit(self, task_id: int, left: float | None) -> bool:
         """False (and the task held for the next run) if it would outlast the wall time."""
