@@ -13,8 +13,10 @@ stamp file with ``set -C``, so later ones cannot overwrite it. The run is killed
 as the stamp is there: only the time to the first task is measured.
 
 Each round runs, by turns, ``pmc run --local --workers W -q -s`` of every tree given
-(``--trees NAME=CHECKOUT,...``; default: this checkout) and, with ``--reference``, the
-reference under ``/usr/bin/mpiexec.openmpi -n W+1`` on the same DAG; rounds interleave
+(``--trees NAME=CHECKOUT,...``; default: this checkout), with ``--mpi`` each tree also
+as users start it under MPI (the ``mpiexec`` on PATH, ``-n W+1``, no binding flags) and,
+with ``--reference``, the reference under ``/usr/bin/mpiexec.openmpi -n W+1`` on the
+same DAG; rounds interleave
 so that the machine's drift falls on all alike. Reported per shape and runner: the
 median (and range) of first-task seconds, and the highest peak RSS (VmHWM, polled every
 20 ms) of the master, of the edge helper and of any other process of the run.
@@ -32,7 +34,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import PYTHON, children_of, cmdline, machine, median, pmc_env, write_big
+from _common import (
+    PYTHON,
+    children_of,
+    cmdline,
+    machine,
+    median,
+    mpiexec,
+    pmc_env,
+    write_big,
+)
 from scale import write_with_options
 
 OMPI_MPIEXEC = "/usr/bin/mpiexec.openmpi"
@@ -52,13 +63,14 @@ def write_shape(work: Path, shape: str, n: int, script: Path) -> Path:
         write_with_options(raw, n, n, pegasus=shape == "pegasus")
     old, new = b" /bin/true ", b" " + bytes(script) + b" "
     with open(raw, "rb") as src, open(path, "wb") as dst:
+        rest = b""
         for block in iter(lambda: src.read(1 << 20), b""):
-            while not block.endswith(b"\n"):  # whole lines, so no match is cut in two
-                more = src.read(4096)
-                if not more:
-                    break
-                block += more
-            dst.write(block.replace(old, new))
+            # Whole lines, so that no match is cut in two; the last partial line waits.
+            block = rest + block
+            end = block.rfind(b"\n") + 1
+            dst.write(block[:end].replace(old, new))
+            rest = block[end:]
+        dst.write(rest.replace(old, new))
     raw.unlink()
     return path
 
@@ -102,9 +114,10 @@ def first_task(argv: list[str], stamp: Path, cwd: Path, env: dict[str, str],
             if time.time() - t0 > timeout:
                 raise RuntimeError(f"no task started in {timeout} s: {argv}")
             master = _master(proc.pid, argv)
+            forked = children_of(master)
             for pid in _descendants(proc.pid):
                 seen.add(pid)
-                if pid != master and cmdline(pid) == cmdline(master):
+                if pid in forked and cmdline(pid) == cmdline(master):
                     continue  # forked, not yet exec'd: the master's own pages, shared
                 kind = ("master" if pid == master
                         else "helper" if "edgehelper" in cmdline(pid) else "other")
@@ -130,11 +143,13 @@ def first_task(argv: list[str], stamp: Path, cwd: Path, env: dict[str, str],
 
 
 def _master(pid: int, argv: list[str]) -> int:
-    """pmc's master is the process started; under mpiexec, the reference's is the
-    first rank the launcher started (the lowest pid: pids are not reused that fast)."""
-    if argv[0] != OMPI_MPIEXEC:
+    """pmc's master is the process started; under a launcher, the first rank it started
+    (the lowest pid: pids are not reused that fast), below its proxy if it has one."""
+    if "mpiexec" not in Path(argv[0]).name:
         return pid
-    ranks = [p for p in children_of(pid) if "pegasus-mpi-cluster" in cmdline(p)]
+    ranks = [p for p in _descendants(pid)[1:]
+             if ("pegasus-mpi-cluster" in cmdline(p) or " pmc " in f" {cmdline(p)} ")
+             and "edgehelper" not in cmdline(p)]
     return min(ranks, default=-1)
 
 
@@ -146,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--trees", default=f"pmc={Path(__file__).resolve().parent.parent}",
                    help="NAME=CHECKOUT,...: pmc checkouts to run by turns")
+    p.add_argument("--mpi", action="store_true",
+                   help="also run each tree under the mpiexec on PATH (-n W+1, --mpi)")
     p.add_argument("--reference", metavar="BINARY", help="the reference's binary, run too")
     p.add_argument("--keep", metavar="DIR", help="write DAGs into DIR and keep them")
     args = p.parse_args(argv)
@@ -164,8 +181,11 @@ def main(argv: list[str] | None = None) -> int:
         env = pmc_env()
         env["PYTHONPATH"] = str(Path(tree).resolve())
         compileall.compile_dir(str(Path(tree) / "pmc"), quiet=1)  # as installed
-        runners[name] = ([PYTHON, "-m", "pmc", "run", "-q", "-s", "-o", os.devnull, "-e",
-                          os.devnull, "--local", "--workers", str(args.workers)], env)
+        pmc = [PYTHON, "-m", "pmc", "run", "-q", "-s", "-o", os.devnull, "-e", os.devnull]
+        runners[name] = ([*pmc, "--local", "--workers", str(args.workers)], env)
+        if args.mpi:
+            runners[f"{name}-mpi"] = ([mpiexec(), "-n", str(args.workers + 1), *pmc,
+                                       "--mpi"], env)
     if args.reference:
         env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                    OMPI_MCA_btl_vader_single_copy_mechanism="none")
