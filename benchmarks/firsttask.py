@@ -166,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reference", metavar="BINARY", help="the reference's binary, run too")
     p.add_argument("--keep", metavar="DIR", help="write DAGs into DIR and keep them")
     args = p.parse_args(argv)
+    # Stopped with SIGTERM: unwind, so that the run in progress is killed too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="pmc-first-",
