@@ -164,3 +164,13 @@ def test_status_metrics_and_report_show_gpus_and_a_multi_rank_tasks_hosts(
     ends = [json.loads(line) for line in (tmp_path / "ev.jsonl").read_text().splitlines()]
     mr = next(e for e in ends if e["event"] == "task.finished" and e["task"] == "mr")
     assert (mr["gpus"], mr["ranks"], mr["host"]) == (1, 2, host)
+
+
+def test_an_oversize_task_done_in_an_earlier_run_does_not_stop_the_next(
+        tmp_path: Path) -> None:
+    dag = write_dag(tmp_path / "o.dag", "TASK big --request-gpus 5 touch big\n"
+                                        "TASK next --request-gpus 1 touch next\nEDGE big next\n")
+    (tmp_path / "o.dag.rescue").write_text("DONE big\n")
+    r = pmc(["run", "--local", "--workers", "1", "--host-gpus", "4", dag.name], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "next").exists() and not (tmp_path / "big").exists()

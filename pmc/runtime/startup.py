@@ -9,7 +9,7 @@ how a worker's WORKER_FAILED is told, here or later in the run.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from itertools import compress
 
 from pmc import log
@@ -110,14 +110,16 @@ def check_capable(dag: DAG, state: bytearray, resources: Resources) -> None:
     (for a multi-rank task: on all of them together). One look per distinct
     ``TaskOptions`` (tasks with the same option text share one), not per task."""
     done = int(State.DONE)
-    pending: list[Task] = dag.tasks
-    if done in state:  # a rescue log: those done need not fit
-        pending = list(compress(dag.tasks, map(done.__ne__, state)))
-    bad = {o for o in set(map(options_of, pending))
+    rescued = done in state  # a rescue log: the tasks done need not fit
+
+    def pending() -> Iterable[Task]:
+        return compress(dag.tasks, map(done.__ne__, state)) if rescued else dag.tasks
+
+    bad = {o for o in set(map(options_of, pending()))
            if not resources.can_ever_run(o.cpus, o.memory, o.gpus, o.ranks, o.ranks_per_host)}
     if bad:
         # The first such task in DAG order names it.
-        for task in pending:
+        for task in pending():
             if options_of(task) in bad:
                 raise FatalError(f"FATAL ERROR: No host is capable of running task {task.name}")
 
