@@ -18,7 +18,9 @@ as users start it under MPI (the ``mpiexec`` on PATH, ``-n W+1``, no binding fla
 with ``--reference``, the reference under ``/usr/bin/mpiexec.openmpi -n W+1`` on the
 same DAG; rounds interleave
 so that the machine's drift falls on all alike. Reported per shape and runner: the
-median (and range) of first-task seconds, and the highest peak RSS (VmHWM, polled every
+median (and range) of first-task seconds, of the cpu seconds its processes had used by
+then (utime + stime from /proc, polled every 20 ms with the peaks: on a shared machine
+it moves less than the wall time), and the highest peak RSS (VmHWM, polled every
 20 ms) of the master, of the edge helper and of any other process of the run.
 """
 
@@ -36,8 +38,10 @@ from pathlib import Path
 
 from _common import (
     PYTHON,
+    TICK,
     children_of,
     cmdline,
+    cpu_ticks,
     machine,
     median,
     mpiexec,
@@ -106,6 +110,7 @@ def first_task(argv: list[str], stamp: Path, cwd: Path, env: dict[str, str],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     seen: set[int] = set()
+    ticks: dict[int, int] = {}  # cpu of each process of the run, last seen
     try:
         text = ""
         while not text.endswith("\n"):
@@ -122,6 +127,10 @@ def first_task(argv: list[str], stamp: Path, cwd: Path, env: dict[str, str],
                 kind = ("master" if pid == master
                         else "helper" if "edgehelper" in cmdline(pid) else "other")
                 peaks[kind] = max(peaks[kind], _hwm_mb(pid))
+                try:
+                    ticks[pid] = cpu_ticks(pid)
+                except (OSError, ValueError, IndexError):
+                    pass  # gone: its last figure stays
             time.sleep(0.02)
             try:
                 text = stamp.read_text()
@@ -131,7 +140,8 @@ def first_task(argv: list[str], stamp: Path, cwd: Path, env: dict[str, str],
                 # A task of the run before, killed as it started: not this run's.
                 stamp.unlink(missing_ok=True)
                 text = ""
-        return {"first_s": float(text) - t0, **{f"{k}_mb": v for k, v in peaks.items()}}
+        return {"first_s": float(text) - t0, "cpu_s": sum(ticks.values()) / TICK,
+                **{f"{k}_mb": v for k, v in peaks.items()}}
     finally:
         seen.update(_descendants(proc.pid))
         for pid in seen:  # processes of this run only: our session, or started by it
@@ -207,16 +217,19 @@ def main(argv: list[str] | None = None) -> int:
                 got = first_task([*cmd, str(dags[shape])], stamp, work, env)
                 results.setdefault((shape, name), []).append(got)
                 print(f"round {r + 1} {shape:8s} {name:10s} first task {got['first_s']:6.2f} s"
-                      f"  master {got['master_mb']:4.0f} MB  helper {got['helper_mb']:4.0f} MB"
+                      f"  cpu {got['cpu_s']:5.2f} s  master {got['master_mb']:4.0f} MB"
+                      f"  helper {got['helper_mb']:4.0f} MB"
                       f"  other {got['other_mb']:4.0f} MB", flush=True)
                 for suffix in (".rescue", ".resource", ".status.json"):
                     Path(f"{dags[shape]}{suffix}").unlink(missing_ok=True)
     parts = []
     for (shape, name), got in results.items():
         firsts = [g["first_s"] for g in got]
+        cpus = [g["cpu_s"] for g in got]
         peak = {k: max(g[f"{k}_mb"] for g in got) for k in ("master", "helper", "other")}
         line = (f"{shape} {name}: first task median {median(firsts):.2f} s "
-                f"({min(firsts):.2f}-{max(firsts):.2f}), peak master {peak['master']:.0f} MB, "
+                f"({min(firsts):.2f}-{max(firsts):.2f}), cpu median {median(cpus):.2f} s "
+                f"({min(cpus):.2f}-{max(cpus):.2f}), peak master {peak['master']:.0f} MB, "
                 f"helper {peak['helper']:.0f} MB, other {peak['other']:.0f} MB")
         print(line)
         parts.append(line)
