@@ -66,3 +66,17 @@ def test_idle_smoke(tmp_path: Path) -> None:
     out = run("idle.py", "--tasks", "6", "--sleep", "3", "--window", "0.5", "--modes",
               "local", "--keep", str(tmp_path), tmp_path=tmp_path)
     assert "local 6 tasks" in out
+
+
+def test_firsttask_smoke(tmp_path: Path) -> None:
+    mpi = ["--mpi"] if shutil.which("mpiexec") else []
+    out = run("firsttask.py", "--size", "300", "--rounds", "1", "--keep", str(tmp_path), *mpi,
+              tmp_path=tmp_path)
+    for shape in ("plain", "options", "pegasus"):
+        assert f"{shape} pmc: first task median" in out
+        if mpi:
+            assert f"{shape} pmc-mpi: first task median" in out
+    assert "cpu median" in out and "peak master" in out
+    # The '#@' DAG: a '#@' line before every TASK, the stamp script in place of /bin/true.
+    text = (tmp_path / "first-pegasus-300.dag").read_text()
+    assert text.count("\n#@ ") + text.startswith("#@ ") == 300 == text.count("stamp.sh arg")
