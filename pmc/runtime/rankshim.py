@@ -15,6 +15,14 @@ stdio pipes), so it is the MPI process; the parent keeps them open but never use
 and leaves only when the child is gone. Signals the launcher or the batch system sends
 the parent (SIGTERM, SIGINT, SIGUSR1, SIGCONT, ...) are passed on to the child; they are
 blocked across the fork so that none arrives before there is a child to pass it to.
+
+The child takes a process group of its own and dies with the parent (PR_SET_PDEATHSIG).
+Hydra signals the process group of each process it started (SIGUSR1 at every rank's
+end): a task the worker is starting is in the worker's group for a moment, and a signal
+sent to the group then stays pending across its exec and kills it (seen: a task ended by
+SIGUSR1 23 ms after its start, as another rank died). Only the parent is in the
+launcher's group now, and passes each signal on to the rank's pid alone; a SIGKILL of
+that group (Hydra ending the job) kills the parent, and with it the rank.
 Cost: one fork at start (the parent's pages stay shared with the child; it runs no
 Python after that but its signal handlers and wait).
 """
@@ -29,6 +37,7 @@ from collections.abc import Mapping
 # The rank as launchers give it before MPI starts: Hydra and Slurm's PMI (PMI_RANK),
 # PMIx (PMIX_RANK), Open MPI (OMPI_COMM_WORLD_RANK), srun (SLURM_PROCID).
 _RANK_ENV = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
+_PR_SET_PDEATHSIG = 1
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
              signal.SIGUSR2, signal.SIGALRM, signal.SIGCONT, signal.SIGTSTP,
              signal.SIGTTIN, signal.SIGTTOU, signal.SIGWINCH)
@@ -58,6 +67,7 @@ def keep(env: Mapping[str, str] = os.environ) -> None:
             stream.flush()  # or the child would write it again
         except (OSError, ValueError):
             pass
+    keeper = os.getpid()
     signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
     try:
         pid = os.fork()
@@ -66,9 +76,26 @@ def keep(env: Mapping[str, str] = os.environ) -> None:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
         return
     if pid == 0:
+        _follow(keeper)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
         return
     os._exit(_keeper(pid))
+
+
+def _follow(keeper: int) -> None:
+    """The rank (the child): a process group of its own, and death with its keeper."""
+    try:
+        os.setpgid(0, 0)
+    except OSError:
+        pass
+    import ctypes  # mpi4py imports it anyway
+
+    try:
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != keeper:  # it died before the call
+        os._exit(128 + signal.SIGKILL)
 
 
 def _keeper(pid: int) -> int:

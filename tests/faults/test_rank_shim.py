@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from faultkit import wait_for
+from faultkit import alive, wait_for
 from pmctest import clean_env
 
 pytestmark = pytest.mark.faults
@@ -70,6 +70,21 @@ def test_signals_reach_the_rank(tmp_path: Path) -> None:
     assert (tmp_path / "term.txt").read_text() == str(int(signal.SIGTERM))
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_rank_has_its_own_group_and_dies_with_its_keeper(tmp_path: Path) -> None:
+    """Signals to the launched process's group (as Hydra sends them) do not reach the
+    rank's group, where a task being started could get them; a SIGKILL of the keeper
+    (as Hydra ends a job) kills the rank too."""
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, "sleep"], cwd=tmp_path,
+                            env=clean_env(PMI_RANK="1"), stderr=subprocess.PIPE,
+                            process_group=0)
+    pid, ppid = pids(tmp_path)
+    assert ppid == proc.pid
+    assert os.getpgid(pid) == pid != os.getpgid(proc.pid)
+    os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.wait(30) == -signal.SIGKILL
+    wait_for(lambda: not alive(pid), 10, "the rank to die with its keeper")
 
 
 @pytest.mark.parametrize("env", [{"PMI_RANK": "0"}, {}], ids=["rank0", "no-launcher"])
