@@ -151,7 +151,11 @@ def run_pmc(dag: Path, mode: str, workers: int, extra: Sequence[str] = (),
     args = ["run", str(dag), "-q", "-s", "-o", os.devnull, *extra]
     if slots != 1:
         args += ["--worker-slots", str(slots)]
-    if mode in ("mpi", "mpi-nosock", "mpi-bound"):
+    if mode == "dropin":
+        # As the users type it: the reference's command, its defaults, no binding.
+        cmd = [mpiexec(), "-n", str(workers + 1), str(Path(PYTHON).parent / "pegasus-mpi-cluster"),
+               "-s", "-o", os.devnull, "-e", os.devnull, *extra, str(dag)]
+    elif mode in ("mpi", "mpi-nosock", "mpi-bound"):
         launch = [mpiexec(), "-n", str(workers + 1)]
         if mode == "mpi-nosock":  # every message through MPI, as between hosts
             args.append("--no-host-sockets")

@@ -47,14 +47,15 @@ def test_big_dag_parses(tmp_path: Path, local: bool) -> None:
 
 @pytest.mark.slow
 def test_throughput_smoke(tmp_path: Path) -> None:
-    modes = "local,mpi,mpi-bound,mpi-nosock" if shutil.which("mpiexec") else "local"
+    modes = "local,dropin,mpi,mpi-bound,mpi-nosock" if shutil.which("mpiexec") else "local"
     out = run("throughput.py", "--tasks", "40", "--rounds", "1", "--modes", modes,
               "--layers", "1,4,8,4,2,1", "--keep", str(tmp_path), tmp_path=tmp_path)
     assert "independent/local" in out and "layered/local" in out
     assert "local+json+metrics" in out and "floor" in out
     if "mpi" in modes:
         assert "independent/mpi-nosock" in out and "layered/mpi " in out
-        assert "independent/mpi-bound" in out
+        assert "independent/mpi-bound" in out and "layered/dropin" in out
+    assert "end to end" in out
 
 
 def test_scale_smoke(tmp_path: Path) -> None:
