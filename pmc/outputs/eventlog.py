@@ -27,6 +27,7 @@ from pmc.core.events import Observer, RunInfo, Summary
 from pmc.core.protocol import TaskResult, describe
 from pmc.core.resources import Host
 from pmc.dag import Task
+from pmc.dag.model import options_of
 from pmc.logsetup import LogOutput, flush_at_exit, render_json
 
 _FLUSH_EVERY = 0.25  # seconds between flushes of buffered task events
@@ -116,7 +117,8 @@ class EventLog(Observer):
             rank, host = self.where.pop(task.id, (-1, ""))
             ev = (_result_lines, _end_time(res), task.name, seq, res, "succeeded", rank, host,
                   task.cpus, task.memory)
-            self._record(ev + _more(task) if task.gpus or task.ranks != 1 else ev)
+            o = options_of(task)  # GPUs or ranks: a longer event
+            self._record(ev + _more(task) if o.gpus or o.ranks != 1 else ev)
 
     def result(self, task: Task, seq: int, res: TaskResult, outcome: str) -> None:
         if outcome == "succeeded":
@@ -124,7 +126,8 @@ class EventLog(Observer):
         rank, host = self.where.pop(task.id, (-1, ""))
         ev = (_result_lines, _end_time(res), task.name, seq, res, outcome, rank, host,
               task.cpus, task.memory)
-        self._record(ev + _more(task) if task.gpus or task.ranks != 1 else ev)
+        o = options_of(task)  # GPUs or ranks: a longer event
+        self._record(ev + _more(task) if o.gpus or o.ranks != 1 else ev)
 
     def _record(self, ev: tuple[Any, ...]) -> None:
         if self.json:

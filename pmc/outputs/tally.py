@@ -16,6 +16,7 @@ from pmc.core.events import Observer, RunInfo, Summary
 from pmc.core.protocol import TaskResult
 from pmc.core.resources import Host
 from pmc.dag import Task
+from pmc.dag.model import options_of
 
 # Upper bounds (seconds) of the task duration histogram: milliseconds to hours.
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -105,7 +106,7 @@ class Tally(Observer):
         self.running[task.id] = (task, rank, host)
         self.cpus_busy += task.cpus
         self.memory_busy += task.memory
-        if task.ranks != 1:  # its other ranks' cpus and memory are busy too
+        if options_of(task).ranks != 1:  # its other ranks' cpus and memory are busy too
             self.multirank[task.id] = (task.name, host)
             self.cpus_busy += task.cpus * (task.ranks - 1)
             self.memory_busy += task.memory * (task.ranks - 1)
