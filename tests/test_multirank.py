@@ -109,3 +109,31 @@ def test_a_bad_launcher_template_stops_the_run_before_it_starts(tmp_path: Path) 
     assert r.returncode == 1
     assert "--task-launcher" in r.stderr and "{rank}" in r.stderr
     assert not list(tmp_path.glob("out.*"))
+
+
+MEMORY_PROGRAM = """\
+import sys
+from mpi4py import MPI
+block = bytearray(60 * 1024 * 1024)
+for i in range(0, len(block), 4096):
+    block[i] = 1
+MPI.COMM_WORLD.Barrier()
+open(f"{sys.argv[1]}.{MPI.COMM_WORLD.Get_rank()}", "w").write("ok")
+"""
+
+
+def test_strict_limits_give_each_rank_its_memory(tmp_path: Path) -> None:
+    # -m is per rank: two ranks of ~90 MB each fit a 2-rank task of -m 120, whose
+    # cgroup holds both (240 MB), though together they pass 120 MB.
+    (tmp_path / "mem.py").write_text(MEMORY_PROGRAM)
+    dag = write_dag(tmp_path / "m.dag", f"TASK mr --ranks 2 -m 120 {sys.executable} mem.py out\n")
+    r = pmc(["run", "--local", "--workers", "2", "--strict-limits", "--log-format", "json",
+             "--log-file", "ev.jsonl", dag.name], tmp_path)
+    events = [json.loads(line) for line in (tmp_path / "ev.jsonl").read_text().splitlines()]
+    started = next(e for e in events if e["event"] == "workflow.started")
+    if started.get("memory_limits") != "cgroup":
+        pytest.skip("no cgroup for task memory limits here")
+    assert r.returncode == 0, r.stderr
+    end = next(e for e in events if e["event"] == "task.finished")
+    assert end["max_rss_kb"] > 120 * 1024, "the ranks together passed one rank's -m"
+    assert sorted(p.name for p in tmp_path.glob("out.*")) == ["out.0", "out.1"]

@@ -221,7 +221,8 @@ class Launcher:
             # Where this try's stderr begins in the shared file, for its tail should it
             # fail (one slot: nothing else writes there meanwhile).
             r.err_offset = os.fstat(err_fd).st_size if cfg.worker_slots == 1 else -1
-        r.cgroup = acc.enter(spec.memory)
+        # A multi-rank task's ranks on this host share its cgroup: -m is per rank.
+        r.cgroup = acc.enter(spec.memory * spec.hosts[0][1] if spec.hosts else spec.memory)
         if r.cgroup is None:
             if acc.problem and cfg.strict_limits and spec.memory > 0:
                 # Its memory limit cannot be set: it must not run without one.
