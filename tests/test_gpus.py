@@ -174,3 +174,19 @@ def test_an_oversize_task_done_in_an_earlier_run_does_not_stop_the_next(
     r = pmc(["run", "--local", "--workers", "1", "--host-gpus", "4", dag.name], tmp_path)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "next").exists() and not (tmp_path / "big").exists()
+
+
+def test_a_lost_workers_gpus_go_back_to_its_host(tmp_path: Path) -> None:
+    # The first try kills its worker (kill -9 of its parent): the task runs again on
+    # another worker, which it can only if the lost try's 2 GPUs (all the host has) came
+    # back. "after" then needs them too.
+    first = ("sh -c 'if [ ! -e once ]; then touch once; kill -9 $PPID; sleep 30; fi; "
+             "echo $PMC_GPUS >> gpus.log'")
+    dag = write_dag(tmp_path / "l.dag", f"TASK lose --request-gpus 2 {first}\n"
+                                        f"TASK after --request-gpus 2 {first}\n"
+                                        "EDGE lose after\n")
+    r = pmc(["run", "--local", "--workers", "2", "--host-gpus", "2", dag.name], tmp_path,
+            timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "Worker" in r.stderr and "was lost" in r.stderr
+    assert (tmp_path / "gpus.log").read_text() == "0,1\n0,1\n"
