@@ -23,8 +23,8 @@ sent to the group then stays pending across its exec and kills it (seen: a task 
 SIGUSR1 23 ms after its start, as another rank died). Only the parent is in the
 launcher's group now, and passes each signal on to the rank's pid alone; a SIGKILL of
 that group (Hydra ending the job) kills the parent, and with it the rank.
-Cost: one fork at start (the parent's pages stay shared with the child; it runs no
-Python after that but its signal handlers and wait).
+Cost: one fork at start, and in the parent an exec of a small Python that waits (its
+start, ~20 ms of one cpu, runs beside the rank's own).
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ import os
 import signal
 import sys
 from collections.abc import Mapping
+
+from pmc.pychild import python_command
 
 # The rank as launchers give it before MPI starts: Hydra and Slurm's PMI (PMI_RANK),
 # PMIx (PMIX_RANK), Open MPI (OMPI_COMM_WORLD_RANK), srun (SLURM_PROCID).
@@ -79,7 +81,23 @@ def keep(env: Mapping[str, str] = os.environ) -> None:
         _follow(keeper)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
         return
+    # The parent becomes a fresh small interpreter that only waits: forked, its pages
+    # stay shared with the rank, and become its own as the rank writes to them (8 MB
+    # more private memory per rank than after the exec). The signals stay blocked across
+    # the exec, pending, until its handlers are in place.
+    try:
+        os.execv(sys.executable, python_command(__name__, str(pid)))  # noqa: S606
+    except OSError:
+        pass
     os._exit(_keeper(pid))
+
+
+def main(argv: list[str]) -> int:
+    """The keeper after its exec (``python_command``): ``argv`` is the rank's pid. It
+    leaves without Python's finalisation, which would put the default actions back:
+    Hydra's SIGUSR1 at another rank's end would then kill it, and that is a death by a
+    signal again."""
+    os._exit(_keeper(int(argv[0])))
 
 
 def _follow(keeper: int) -> None:
@@ -101,22 +119,26 @@ def _follow(keeper: int) -> None:
 def _keeper(pid: int) -> int:
     """The parent's whole life: pass signals on to ``pid``, wait for it, return its exit
     code (128 + the signal that killed it)."""
+    gone: list[bool] = []
 
     def forward(signum: int, frame: object) -> None:
-        try:
-            os.kill(pid, signum)
-        except OSError:
-            pass  # gone: the wait below returns
+        if not gone:  # once reaped its pid may be another process's
+            try:
+                os.kill(pid, signum)
+            except OSError:
+                pass
 
     for sig in FORWARDED:
         signal.signal(sig, forward)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)  # retried after a signal's handler (PEP 475)
-        except ChildProcessError:
-            return 1
-        if os.WIFEXITED(status):
-            return os.WEXITSTATUS(status)
-        if os.WIFSIGNALED(status):
-            return 128 + os.WTERMSIG(status)
+    try:
+        # Ended but not reaped (a zombie keeps its pid), then reaped. Both calls are
+        # retried after a signal's handler (PEP 475).
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        gone.append(True)
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:
+        return 1
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)

@@ -93,8 +93,8 @@ def environ(pid: int) -> dict[str, str]:
 
 def mpi_ranks(launcher_pid: int) -> dict[int, int]:
     """rank -> pid of the MPI processes started by ``launcher_pid`` (mpiexec). A worker
-    rank is the child of the process the launcher started (pmc.runtime.rankshim): the
-    one whose parent has the same rank."""
+    rank is the child of the process the launcher started (its keeper, which runs
+    pmc.runtime.rankshim)."""
     found: dict[int, set[int]] = {}
     for pid in descendants(launcher_pid):
         rank = environ(pid).get("PMI_RANK")
@@ -115,12 +115,12 @@ def mpi_ranks(launcher_pid: int) -> dict[int, int]:
 
 def rank_keepers(launcher_pid: int) -> dict[int, int]:
     """rank -> pid of the processes the launcher started for worker ranks (their
-    keepers), where they differ from the ranks themselves."""
+    keepers, pmc.runtime.rankshim)."""
     ranks = mpi_ranks(launcher_pid)
     out = {}
     for rank, pid in ranks.items():
         st = _stat(pid)
-        if st is not None and st[0] != launcher_pid and " -m pmc run " in cmdline(st[0]):
+        if st is not None and "pmc.runtime.rankshim" in cmdline(st[0]):
             out[rank] = st[0]
     return out
 

@@ -22,11 +22,11 @@ import os, signal, sys, time
 from pmc.runtime import rankshim
 rankshim.keep()
 what = sys.argv[1]
-if what == "term":
+if what in ("term", "usr1"):
     def on_term(signum, frame):
         open("term.txt", "w").write(str(signum))
         os._exit(7)
-    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(getattr(signal, "SIG" + what.upper()), on_term)
 open("pids.txt", "w").write(f"{os.getpid()} {os.getppid()}")
 if what == "kill":
     os.kill(os.getpid(), signal.SIGKILL)
@@ -60,14 +60,15 @@ def test_exit_code_passed_on(tmp_path: Path) -> None:
     assert proc.wait(30) == 5
 
 
-def test_signals_reach_the_rank(tmp_path: Path) -> None:
-    """SIGTERM to the process the launcher started (as mpiexec and srun send it) is the
-    rank's; the keeper leaves with the rank's exit code."""
-    proc = run(tmp_path, "term", PMI_RANK="2")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1], ids=["TERM", "USR1"])
+def test_signals_reach_the_rank(tmp_path: Path, sig: signal.Signals) -> None:
+    """SIGTERM to the process the launcher started (as mpiexec and srun send it), and
+    Hydra's SIGUSR1, are the rank's; the keeper leaves with the rank's exit code."""
+    proc = run(tmp_path, sig.name[3:].lower(), PMI_RANK="2")
     pid, _ = pids(tmp_path)  # written after its handler was set
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     assert proc.wait(30) == 7
-    assert (tmp_path / "term.txt").read_text() == str(int(signal.SIGTERM))
+    assert (tmp_path / "term.txt").read_text() == str(int(sig))
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
 

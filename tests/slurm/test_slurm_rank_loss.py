@@ -53,8 +53,8 @@ def parent(pid: int) -> int:
 
 
 def worker_rank(job_id: str, rank: int) -> int | None:
-    """The pid of a worker rank of the job: the child of the process srun started (its
-    keeper, pmc.runtime.rankshim), both running ``pmc run``."""
+    """The pid of a worker rank of the job: ``pmc run``, the child of the process srun
+    started (its keeper, pmc.runtime.rankshim)."""
     found = set()
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -69,8 +69,15 @@ def worker_rank(job_id: str, rank: int) -> int | None:
         if env.get("SLURM_JOB_ID") == job_id and env.get("SLURM_PROCID") == str(rank) \
                 and env.get("SLURM_STEP_ID") not in (None, "batch"):
             found.add(int(name))
-    inner = [p for p in found if parent(p) in found]
+    inner = [p for p in found if b"pmc.runtime.rankshim" in cmdline(parent(p))]
     return inner[0] if inner else None
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def job_state(cwd: Path, job_id: str) -> str:
