@@ -109,6 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     cpus: dict[str, list[float]] = {label: [] for label, *_ in cases}  # µs per task
     # Start-up and shut-down included: tasks / the command's wall time, to the floor.
     e2e: dict[str, list[float]] = {label: [] for label, *_ in cases}
+    # The floor's cpu per task over the case's, both floors around it: while the cores
+    # are busy, throughput follows it, and it moves less when others share the machine
+    # (where the case's several sessions get more of the cpu than the floor's one).
+    cpu_ratios: dict[str, list[float]] = {label: [] for label, *_ in cases}
     floors: list[float] = []
     floor_cpus: list[float] = []
 
@@ -140,17 +144,18 @@ def main(argv: list[str] | None = None) -> int:
             e2e[label].append(n / r.wall / ((f_before + f_after) / 2))
             rates[label].append(r.rate)
             cpus[label].append(r.cpu / n * 1e6)
+            cpu_ratios[label].append((floor_cpus[-1] + floor_cpus[-2]) / 2 / cpus[label][-1])
             print(f"round {rnd}: {label:32s} {r.rate:8.0f} tasks/s  ratio {ratio:5.2f}  "
                   f"cpu {cpus[label][-1]:5.0f} µs/task  "
                   f"(end to end {n / r.wall:6.0f}/s, {r.wall:.1f} s, ratio {e2e[label][-1]:.2f})")
     print()
     print(f"floor cpu per task (median): {median(floor_cpus):.0f} µs")
     print(f"{'case':34s} {'median rate':>12s} {'median ratio':>13s} {'best ratio':>11s} "
-          f"{'end to end':>11s} {'cpu µs/task':>12s}")
+          f"{'end to end':>11s} {'cpu µs/task':>12s} {'cpu ratio':>10s}")
     for label in ratios:
         print(f"{label:34s} {median(rates[label]):10.0f}/s {median(ratios[label]):13.2f} "
               f"{max(ratios[label]):11.2f} {median(e2e[label]):11.2f} "
-              f"{median(cpus[label]):12.0f}")
+              f"{median(cpus[label]):12.0f} {median(cpu_ratios[label]):10.2f}")
     obs_note = ""
     if obs:
         # Each observed run against the plain run beside it, each by its ratio to the
@@ -159,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         cost = 1 - median([o / b for o, b in zip(ratios[obs], ratios[base], strict=True)])
         obs_note = f"; observability cost {cost * 100:.1f}%"
     summary = ", ".join(f"{label} {median(ratios[label]):.2f} (end to end "
-                        f"{median(e2e[label]):.2f})" for label in ratios if label != obs)
+                        f"{median(e2e[label]):.2f}, cpu {median(cpu_ratios[label]):.2f})"
+                        for label in ratios if label != obs)
     print(f"SUMMARY throughput: floor {median(floors):.0f}/s ({floor.kind}); ratio to floor: "
           f"{summary}{obs_note}")
     return 0
