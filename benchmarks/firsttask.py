@@ -52,7 +52,10 @@ from scale import write_with_options
 
 OMPI_MPIEXEC = "/usr/bin/mpiexec.openmpi"
 # Runs as every task; "$0.stamp" is next to the script. set -C: only the first writes.
-_STAMP_SCRIPT = '#!/bin/sh\nset -C\n{ date +%s.%N > "$0.stamp"; } 2>/dev/null\nexit 0\n'
+# The run's token (tasks inherit the environment) before the time: a task of a run
+# before, killed as it started, may still write.
+_STAMP_SCRIPT = ('#!/bin/sh\nset -C\n{ echo "$FIRSTTASK_RUN $(date +%s.%N)" > "$0.stamp"; } '
+                 '2>/dev/null\nexit 0\n')
 
 
 def write_shape(work: Path, shape: str, n: int, script: Path) -> Path:
@@ -105,10 +108,11 @@ def first_task(argv: list[str], stamp: Path, cwd: Path, env: dict[str, str],
     """Start ``argv``; seconds until the stamp's time, and peak RSS by kind of process."""
     stamp.unlink(missing_ok=True)
     peaks = {"master": 0.0, "helper": 0.0, "other": 0.0}
+    token = str(time.time_ns())
     t0 = time.time()
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(argv, cwd=cwd, env=dict(env, FIRSTTASK_RUN=token),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
     seen: set[int] = set()
     ticks: dict[int, int] = {}  # cpu of each process of the run, last seen
     try:
@@ -136,11 +140,11 @@ def first_task(argv: list[str], stamp: Path, cwd: Path, env: dict[str, str],
                 text = stamp.read_text()
             except FileNotFoundError:
                 text = ""
-            if text.endswith("\n") and float(text) < t0:
-                # A task of the run before, killed as it started: not this run's.
+            if text.endswith("\n") and text.split()[0] != token:
+                # A task of a run before, killed as it started: not this run's.
                 stamp.unlink(missing_ok=True)
                 text = ""
-        return {"first_s": float(text) - t0, "cpu_s": sum(ticks.values()) / TICK,
+        return {"first_s": float(text.split()[1]) - t0, "cpu_s": sum(ticks.values()) / TICK,
                 **{f"{k}_mb": v for k, v in peaks.items()}}
     finally:
         seen.update(_descendants(proc.pid))
