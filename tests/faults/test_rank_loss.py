@@ -110,7 +110,7 @@ def test_mpi_stopped_worker_is_lost_after_worker_timeout(tmp_path: Path, marker:
           f"(--worker-timeout 2); {rerun} task(s) ran again")
 
 
-@pytest.mark.parametrize("path", ["mpi", "host-socket"])
+@pytest.mark.parametrize("path", [pytest.param("mpi", marks=pytest.mark.slow), "host-socket"])
 def test_mpi_killed_worker_rank(path: str, tmp_path: Path, marker: str) -> None:
     """kill -9 of a worker rank under Hydra: the job lives on (the rank's keeper exits
     128+9 rather than die by the signal, which would make Hydra's proxy kill every rank),
@@ -152,7 +152,7 @@ def test_mpi_killed_worker_rank(path: str, tmp_path: Path, marker: str) -> None:
 
 @pytest.mark.parametrize("mode", [
     "embedded",
-    pytest.param("host-socket", marks=pytest.mark.slow),
+    "host-socket",
     pytest.param("mpi", marks=pytest.mark.slow),
 ])
 def test_task_that_kills_its_worker_fails_after_max_worker_losses(
