@@ -137,6 +137,7 @@ def test_mpi_killed_worker_rank(path: str, tmp_path: Path, marker: str) -> None:
     err = (tmp_path / "run.stderr").read_text()
     assert "Workflow succeeded" in err, err
     assert "failed with exitcode" not in err, "a lost worker is not a task failure"
+    assert err.count("was lost") == 1, "the probe lost no live worker"
     if path == "mpi":
         # Well before --worker-timeout: Hydra's SIGUSR1, then a probe of a tenth of it.
         assert "Worker 1 was lost (no answer within 3 s after the launcher reported a " \
