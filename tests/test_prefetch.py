@@ -494,3 +494,25 @@ def test_short_tasks_never_wait_for_a_long_one(mode: str, tmp_path: Path) -> Non
     # A task taken back was not a try: every task has exactly one output file, try 0.
     outs = sorted(p.name for p in tmp_path.glob("*.out.*"))
     assert outs == sorted(f"{name}.out.000" for name in done)
+
+
+class HostFigures(Losses):
+    """Losses, and each host's free cpus every time observers hear of the host."""
+
+    def host_changed(self, host: Any) -> None:
+        self.events.append(("host", host.name, host.free_cpus))
+
+
+def test_a_lost_workers_multi_host_task_gives_every_host_back_to_observers(
+        tmp_path: Path) -> None:
+    # A 2-rank task, one rank on each of two hosts, launched by worker 1 (host a) which
+    # dies: host b's reserved cpus are back, and observers hear so before the loss is
+    # told; the task then runs on the two hosts left.
+    sim = SimWorkers(3, {"wide": 6}, lose={1: 3}, hosts={1: "a", 2: "b", 3: "c"})
+    seen = HostFigures()
+    _m, _w, summary = run_sim(
+        tmp_path, "TASK wide --ranks 2 --ranks-per-host 1 -c 8 /bin/true\n", sim, [seen])
+    assert summary.ok and summary.succeeded == 1
+    lost = next(i for i, e in enumerate(seen.events) if e[0] == "lost")
+    b = [e[2] for e in seen.events[:lost] if e[:2] == ("host", "b")]
+    assert b[-2:] == [64 - 8, 64], "host b's cpus taken by the task, then given back"

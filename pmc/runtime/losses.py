@@ -173,12 +173,13 @@ class Losses:
         running, queued = chains.drop_worker(rank)
         doomed: list[int] = []
         for tid, affinity in running:
-            task = self.dag.tasks[tid]
             if worker is not None:
-                # The slot went with the worker; its host gets the cpus and memory back.
-                self.resources.release(worker, task.cpus, task.memory, tid)
+                # The slot went with the worker; its host (and every other host of a
+                # multi-rank task) gets the cpus, memory and GPUs back, and observers
+                # hear of each.
                 if affinity:
                     worker.host.give_cpu_set(list(affinity))
+                self.placer.release(tid, worker)
             self.forward_errors.pop(tid, None)
             self.losses[tid] += 1
             if self.doomed(tid):
