@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 from pmc import __version__, options
 from pmc.errors import ExitCode
-from pmc.options import RunOptions, _positive_int, _seconds
+from pmc.options import RunOptions
+from pmc.optiontypes import positive_int, seconds
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
@@ -78,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     status_p.add_argument("dag", metavar="workflow.dag", help="the DAG file")
     status_p.add_argument("-r", "--rescue", metavar="PATH",
                           help="rescue log (default DAG.rescue)")
-    status_p.add_argument("--watch", metavar="SECONDS", type=_seconds, nargs="?",
+    status_p.add_argument("--watch", metavar="SECONDS", type=seconds, nargs="?",
                           const=2.0, help="show it again every SECONDS (default 2) until "
                           "the run is no longer running")
     status_p.add_argument("--json", action="store_true",
@@ -90,9 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     report_p.add_argument("eventlog", metavar="EVENTLOG", help="the JSON event log")
     report_p.add_argument("--plot", metavar="PNG",
                           help="also plot concurrency and throughput over time (matplotlib)")
-    report_p.add_argument("--bin", metavar="SECONDS", type=_seconds,
+    report_p.add_argument("--bin", metavar="SECONDS", type=seconds,
                           help="width of the time bins (default: about 20 bins)")
-    report_p.add_argument("--top", metavar="N", type=_positive_int, default=10,
+    report_p.add_argument("--top", metavar="N", type=positive_int, default=10,
                           help="how many slowest tasks to list (default 10)")
     report_p.add_argument("--run", metavar="K", type=int,
                           help="which run in a log of several (1 = first, default: last)")
