@@ -6,20 +6,32 @@ profile key, whether it is a pmc extension and whether workers need it. From the
 come the argparse options of both commands (``add_arguments``), the ``RunOptions`` they
 fill (``run_options``), the site profile schema of the profile keys (``profile_schema``)
 and the ``pmc run`` argv a batch script runs (``argv_for``). No other module spells a run
-option's flag. The strict converters live here too: a profile value is checked with the
-same function as the command line's text.
+option's flag. The converters are in ``pmc.optiontypes``: a profile value is checked with
+the same function as the command line's text.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pmc import log
+from pmc.optiontypes import (
+    SCHEMA_OF,
+    launcher_template,
+    minutes,
+    nonneg_int,
+    nonneg_seconds,
+    path_or_none,
+    port,
+    positive_int,
+    ref_nonneg_int,
+    ref_positive_int,
+    seconds,
+)
 
 
 @dataclass
@@ -80,109 +92,6 @@ class RunOptions:
         return self.rescue or f"{self.dag}.rescue"
 
 
-# -- converters: command-line text to values, or argparse.ArgumentTypeError -------------
-
-# ASCII digits only: int() and float() also take "1_000" and other scripts' digits,
-# which the reference's sscanf() reads otherwise ("1_000" as 1).
-_WHOLE = re.compile(r"[+-]?[0-9]+")
-# The reference's whole-number options read with sscanf("%d"), which stops at a decimal
-# point: "-m 99.1" is 99 there, so it is here. Any other trailing text ("1e3", "12abc",
-# which sscanf also reads as a number) stays an error.
-_WHOLE_WITH_FRACTION = re.compile(r"([+-]?[0-9]+)(?:\.[0-9]*)?")
-_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-
-
-def _whole(text: str, minimum: int, pattern: re.Pattern[str] = _WHOLE) -> int:
-    m = pattern.fullmatch(text.strip(" \t\n"))
-    if not m:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
-    value = int(m.group(1) if m.groups() else m.group(0))
-    if value < minimum:
-        raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    return _whole(text, 1)
-
-
-def _nonneg_int(text: str) -> int:
-    return _whole(text, 0)
-
-
-def _ref_positive_int(text: str) -> int:
-    """A whole number >= 1 of the reference's options (a fraction is cut off, as there)."""
-    return _whole(text, 1, _WHOLE_WITH_FRACTION)
-
-
-def _ref_nonneg_int(text: str) -> int:
-    """A whole number >= 0 of the reference's options (a fraction is cut off, as there)."""
-    return _whole(text, 0, _WHOLE_WITH_FRACTION)
-
-
-def _positive(text: str, unit: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {unit}, got {text!r}") from None
-    if not 0 < value < float("inf"):  # also refuses nan
-        raise argparse.ArgumentTypeError(f"must be a positive number of {unit}, got {text}")
-    return value
-
-
-def _minutes(text: str) -> float:
-    """--max-wall-time: 0 is no limit, as in the reference (which also takes a negative
-    number, nan or inf without a word; refused here as the mistakes they must be)."""
-    if not _DECIMAL.fullmatch(text.strip(" \t\n")):
-        raise argparse.ArgumentTypeError(f"expected minutes, got {text!r}")
-    value = float(text)
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(
-            f"must be a number of minutes >= 0 (0: no limit), got {text}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    return _positive(text, "seconds")
-
-
-def _nonneg_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text}")
-    return value
-
-
-def _port(text: str) -> int:
-    value = _nonneg_int(text)
-    if value > 65535:
-        raise argparse.ArgumentTypeError(f"not a TCP port: {value}")
-    return value
-
-
-def _path_or_none(text: str) -> str | None:
-    return text or None  # PMC_HOST_SCRIPT set but empty: no host script
-
-
-# What a profile value of each converter's type must look like (JSON schema). The value
-# is then also checked by the converter itself (``check_profile_value``), which refuses
-# what a schema cannot (nan, inf).
-_SCHEMA_OF: dict[Callable[[str], Any], dict[str, Any]] = {
-    _positive_int: {"type": "integer", "minimum": 1},
-    _nonneg_int: {"type": "integer", "minimum": 0},
-    _ref_positive_int: {"type": "integer", "minimum": 1},
-    _ref_nonneg_int: {"type": "integer", "minimum": 0},
-    _seconds: {"type": "number", "exclusiveMinimum": 0},
-    _nonneg_seconds: {"type": "number", "minimum": 0},
-    _minutes: {"type": "number", "minimum": 0},
-    _port: {"type": "integer", "minimum": 0, "maximum": 65535},
-    str: {"type": "string"},
-}
-
-
 # -- the table ---------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -234,7 +143,7 @@ class Option:
         elif self.choices is not None:
             out = {"enum": list(self.choices)}
         else:
-            out = dict(_SCHEMA_OF[self.type])
+            out = dict(SCHEMA_OF[self.type])
         text = self.profile_help or (self.help if self.help != argparse.SUPPRESS else None)
         if text:
             out["description"] = f"{self.long}: {text}"
@@ -268,31 +177,31 @@ OPTIONS: tuple[Option, ...] = (
            profile="pmc.stderr"),
     Option(("-m", "--max-failures"), "max_failures",
            "stop starting new tasks after M tasks failed (0: unlimited)", metavar="M",
-           type=_ref_nonneg_int, default=0, profile="pmc.max_failures"),
+           type=ref_nonneg_int, default=0, profile="pmc.max_failures"),
     Option(("-t", "--tries"), "tries", "tries per task before it counts as failed (default 1)",
-           metavar="T", type=_ref_positive_int, default=1, profile="pmc.tries"),
+           metavar="T", type=ref_positive_int, default=1, profile="pmc.tries"),
     Option(("-n", "--nolock"), "nolock", "do not lock the DAG file", kind="flag",
            profile="pmc.nolock"),
     Option(("-r", "--rescue"), "rescue", "rescue log (default DAG.rescue)", metavar="PATH",
            profile="pmc.rescue"),
     Option(("--host-script",), "host_script",
            "run once on every host before any task (env PMC_HOST_SCRIPT)", metavar="PATH",
-           env="PMC_HOST_SCRIPT", env_type=_path_or_none, profile="pmc.host_script",
+           env="PMC_HOST_SCRIPT", env_type=path_or_none, profile="pmc.host_script",
            worker=True),
     Option(("--host-script-timeout",), "host_script_timeout",
            "how long the host script may take before SIGALRM (default 60)",
-           metavar="SECONDS", type=_seconds, default=60.0, profile="pmc.host_script_timeout",
+           metavar="SECONDS", type=seconds, default=60.0, profile="pmc.host_script_timeout",
            worker=True),
     # As in the reference: --host-memory must be >= 1, PMC_HOST_MEMORY may be 0, and
     # --host-cpus or PMC_HOST_CPUS 0 is the default, detection. A profile sets both in
     # its host section (with units for memory), also used for the allocation.
     Option(("--host-memory",), "host_memory",
            "memory per host in MB (env PMC_HOST_MEMORY, where 0 is the default; default: "
-           "detected)", metavar="MB", type=_ref_positive_int, env="PMC_HOST_MEMORY",
-           env_type=_ref_nonneg_int, worker=True, to_field=_none_if_zero),
+           "detected)", metavar="MB", type=ref_positive_int, env="PMC_HOST_MEMORY",
+           env_type=ref_nonneg_int, worker=True, to_field=_none_if_zero),
     Option(("--host-cpus",), "host_cpus",
            "cpus per host (env PMC_HOST_CPUS; 0 or default: detected); not with "
-           "--set-affinity", metavar="N", type=_ref_nonneg_int, env="PMC_HOST_CPUS",
+           "--set-affinity", metavar="N", type=ref_nonneg_int, env="PMC_HOST_CPUS",
            worker=True, to_field=_none_if_zero),
     Option(("--strict-limits",), "strict_limits",
            "limit each task to its -m request: its memory, through a cgroup where the "
@@ -301,7 +210,7 @@ OPTIONS: tuple[Option, ...] = (
     # A profile's walltime less its margin becomes --max-wall-time.
     Option(("--max-wall-time",), "max_wall_time",
            "abort the workflow after this many minutes (env PMC_MAX_WALL_TIME; 0 or "
-           "default: no limit)", metavar="MINUTES", type=_minutes, env="PMC_MAX_WALL_TIME",
+           "default: no limit)", metavar="MINUTES", type=minutes, env="PMC_MAX_WALL_TIME",
            to_field=_none_if_zero),
     Option(("--per-task-stdio",), "per_task_stdio", "TASK.out.NNN / TASK.err.NNN per task try",
            kind="flag", profile="pmc.per_task_stdio", worker=True),
@@ -316,7 +225,7 @@ OPTIONS: tuple[Option, ...] = (
            "blocking MPI receives instead of polling with sleep", kind="flag",
            profile="pmc.no_sleep_on_recv"),
     Option(("--maxfds",), "maxfds", "most files the master keeps open for I/O forwarding",
-           metavar="N", type=_ref_positive_int, profile="pmc.maxfds"),
+           metavar="N", type=ref_positive_int, profile="pmc.maxfds"),
     Option(("--keep-affinity",), "keep_affinity", "keep the inherited cpu affinity for tasks",
            kind="flag", profile="pmc.keep_affinity", worker=True),
     Option(("--set-affinity",), "set_affinity",
@@ -329,12 +238,12 @@ OPTIONS: tuple[Option, ...] = (
     Option(("--mpi",), "mode", "MPI mode even when no launcher is detected", kind="const",
            const="mpi", extension=True, to_field=lambda v: v or "auto"),
     Option(("--workers",), "workers", "embedded mode: worker processes (default: one per cpu)",
-           metavar="N", type=_positive_int, extension=True, profile="pmc.workers",
+           metavar="N", type=positive_int, extension=True, profile="pmc.workers",
            profile_help="embedded mode only: worker processes (default: one per cpu); "
            "no effect on a batch job's ranks started by an MPI launcher, whose number is "
            "nodes x ranks_per_node"),
     Option(("--worker-slots",), "worker_slots", "task slots per worker rank (default 1, as in PMC)",
-           metavar="K", type=_positive_int, default=1, extension=True,
+           metavar="K", type=positive_int, default=1, extension=True,
            profile="pmc.worker_slots", worker=True),
     Option(("--no-prefetch",), "no_prefetch",
            "send a worker a task only when it has a free slot (PMC's way); by default each "
@@ -347,16 +256,17 @@ OPTIONS: tuple[Option, ...] = (
            field="host_sockets", to_field=_not),
     Option(("--worker-timeout",), "worker_timeout",
            "a worker silent this long is lost: its tasks run again elsewhere (default 60)",
-           metavar="SECONDS", type=_seconds, default=60.0, extension=True,
+           metavar="SECONDS", type=seconds, default=60.0, extension=True,
            profile="pmc.worker_timeout", worker=True),
     Option(("--max-worker-losses",), "max_worker_losses",
-           "a task that was running on this many lost workers fails (default 2)",
-           metavar="N", type=_positive_int, default=2, extension=True,
+           "a task that was running on this many lost workers fails (default 2; one more "
+           "if it was only queued on them, starting as they were lost)",
+           metavar="N", type=positive_int, default=2, extension=True,
            profile="pmc.max_worker_losses"),
     Option(("--host-gpus",), "host_gpus", "GPUs per host (env PMC_HOST_GPUS; default: probed)",
-           metavar="N", type=_nonneg_int, env="PMC_HOST_GPUS", extension=True, worker=True),
+           metavar="N", type=nonneg_int, env="PMC_HOST_GPUS", extension=True, worker=True),
     Option(("--task-launcher",), "task_launcher", "how --ranks tasks start (default: srun in "
-           "Slurm, else mpiexec)", metavar="TEMPLATE", extension=True,
+           "Slurm, else mpiexec)", metavar="TEMPLATE", type=launcher_template, extension=True,
            profile="pmc.task_launcher", worker=True),
     Option(("--log-format",), "log_format",
            "log lines as text (default) or one JSON object per line",
@@ -366,7 +276,7 @@ OPTIONS: tuple[Option, ...] = (
            extension=True, profile="logging.file"),
     Option(("--metrics-port",), "metrics_port",
            "serve Prometheus metrics on this port (0: any free port)", metavar="PORT",
-           type=_port, extension=True, profile="metrics.port"),
+           type=port, extension=True, profile="metrics.port"),
     Option(("--metrics-bind",), "metrics_bind", "address for --metrics-port (default 127.0.0.1)",
            metavar="ADDR", default="127.0.0.1", extension=True, profile="metrics.bind"),
     Option(("--metrics-textfile",), "metrics_textfile",
@@ -379,7 +289,7 @@ OPTIONS: tuple[Option, ...] = (
            "pmc extension: when stderr is not a terminal, log '[info] Progress: "
            "done/total, running, failed, rate, ETA' every SECONDS (pmc run: default 60, and "
            "a live progress line on a terminal; pegasus-mpi-cluster: default 0; 0: off)",
-           metavar="SECONDS", type=_nonneg_seconds, extension=True,
+           metavar="SECONDS", type=nonneg_seconds, extension=True,
            profile="pmc.progress_interval", field=""),
 )
 

@@ -7,14 +7,11 @@ variables removed)."""
 from __future__ import annotations
 
 import re
-import shlex
-import string
 from collections.abc import Mapping, Sequence
 
 from pmc.files import atomic_write
+from pmc.launchtemplate import PLACEHOLDERS, check_template, fields, words
 from pmc.runtime.hostinfo import task_environment
-
-PLACEHOLDERS = ("ranks", "nhosts", "hosts", "ranks_per_host", "cpus_per_rank", "nodefile")
 
 # Inside a Slurm allocation: a step overlapping pmc's own (--overlap: the workers' step
 # holds the cpus the master reserved for this task), using only what it asks for
@@ -26,44 +23,6 @@ DEFAULT_SLURM = ("srun --mpi=pmi2 --overlap --exact --distribution=arbitrary --n
                  "--nodelist={nodefile} --cpus-per-task={cpus_per_rank}")
 # Elsewhere, MPICH's Hydra: its -f reads the node file, one line per rank.
 DEFAULT_MPIEXEC = "mpiexec -n {ranks} -f {nodefile}"
-
-_FORMATTER = string.Formatter()
-
-
-def _words(template: str) -> list[str]:
-    try:
-        words = shlex.split(template, comments=False, posix=True)
-    except ValueError as exc:  # shlex says "No closing quotation" / "No escaped character"
-        raise ValueError(f"task launcher template {template!r}: {exc}") from None
-    if not words:
-        raise ValueError("task launcher template is empty")
-    return words
-
-
-def _fields(template: str, word: str) -> list[str]:
-    try:
-        parsed = list(_FORMATTER.parse(word))
-    except ValueError as exc:
-        raise ValueError(f"task launcher template {template!r}: in {word!r}: {exc} "
-                         "(write a literal brace as {{ or }})") from None
-    names: list[str] = []
-    for _text, field, spec, conv in parsed:
-        if field is None:
-            continue
-        if field not in PLACEHOLDERS or spec or conv:
-            known = " ".join("{" + p + "}" for p in PLACEHOLDERS)
-            shown = "{" + field + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "") + "}"
-            raise ValueError(f"task launcher template {template!r}: unknown placeholder "
-                             f"{shown} (known: {known})")
-        names.append(field)
-    return names
-
-
-def check_template(template: str) -> None:
-    """ValueError with a clear message when the template cannot be used."""
-    for word in _words(template):
-        _fields(template, word)
-
 
 def default_template(env: Mapping[str, str]) -> str:
     """srun inside a Slurm allocation (SLURM_JOB_ID set), else mpiexec."""
@@ -85,8 +44,8 @@ def launcher_argv(template: str, *, ranks: int, hosts: Sequence[tuple[str, int]]
     if len(counts) == 1:
         values["ranks_per_host"] = str(counts.pop())
     argv: list[str] = []
-    for word in _words(template):
-        names = _fields(template, word)
+    for word in words(template):
+        names = fields(template, word)
         if "ranks_per_host" in names and "ranks_per_host" not in values:
             spread = ",".join(f"{h}:{n}" for h, n in hosts)
             raise ValueError(f"task launcher template {template!r}: {{ranks_per_host}} "

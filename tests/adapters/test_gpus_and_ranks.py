@@ -91,6 +91,18 @@ def test_task_launcher_passed_as_one_word() -> None:
     subprocess.run(["bash", "-n", "-c", text], check=True)
 
 
+def test_a_bad_task_launcher_is_named_where_the_profile_gives_it() -> None:
+    # Checked when the profile is read (pmc script / submit), not when the job runs.
+    with pytest.raises(Exception) as e:
+        site_of("slurm", pmc={"task_launcher": "srun -n {rank} 'x"})
+    assert "pmc.task_launcher: bad value" in str(e.value)
+    assert "No closing quotation" in str(e.value)
+    with pytest.raises(Exception) as e:
+        site_of("slurm", pmc={"task_launcher": "srun -n {rank}"})
+    assert "pmc.task_launcher: bad value 'srun -n {rank}'" in str(e.value)
+    assert "unknown placeholder {rank}" in str(e.value)
+
+
 def _env_with_our_path(fakes: Fakes) -> None:
     # keep the caller's PYTHONPATH too (how this interpreter finds pmc.adapters)
     extra = os.environ.get("PYTHONPATH")

@@ -1,0 +1,124 @@
+"""Option values: the converters from command-line (or environment, or profile) text to
+the values of the run options, and the JSON schema a site profile value of each must
+match. A converter raises ``argparse.ArgumentTypeError`` with the message a user sees;
+the option table (``pmc.options``) names one per option.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Callable
+from typing import Any
+
+from pmc.launchtemplate import check_template
+
+# ASCII digits only: int() and float() also take "1_000" and other scripts' digits,
+# which the reference's sscanf() reads otherwise ("1_000" as 1).
+_WHOLE = re.compile(r"[+-]?[0-9]+")
+# The reference's whole-number options read with sscanf("%d"), which stops at a decimal
+# point: "-m 99.1" is 99 there, so it is here. Any other trailing text ("1e3", "12abc",
+# which sscanf also reads as a number) stays an error.
+_WHOLE_WITH_FRACTION = re.compile(r"([+-]?[0-9]+)(?:\.[0-9]*)?")
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def whole(text: str, minimum: int, pattern: re.Pattern[str] = _WHOLE) -> int:
+    m = pattern.fullmatch(text.strip(" \t\n"))
+    if not m:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
+    value = int(m.group(1) if m.groups() else m.group(0))
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    return whole(text, 1)
+
+
+def nonneg_int(text: str) -> int:
+    return whole(text, 0)
+
+
+def ref_positive_int(text: str) -> int:
+    """A whole number >= 1 of the reference's options (a fraction is cut off, as there)."""
+    return whole(text, 1, _WHOLE_WITH_FRACTION)
+
+
+def ref_nonneg_int(text: str) -> int:
+    """A whole number >= 0 of the reference's options (a fraction is cut off, as there)."""
+    return whole(text, 0, _WHOLE_WITH_FRACTION)
+
+
+def _positive(text: str, unit: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {unit}, got {text!r}") from None
+    if not 0 < value < float("inf"):  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be a positive number of {unit}, got {text}")
+    return value
+
+
+def minutes(text: str) -> float:
+    """--max-wall-time: 0 is no limit, as in the reference (which also takes a negative
+    number, nan or inf without a word; refused here as the mistakes they must be)."""
+    if not _DECIMAL.fullmatch(text.strip(" \t\n")):
+        raise argparse.ArgumentTypeError(f"expected minutes, got {text!r}")
+    value = float(text)
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(
+            f"must be a number of minutes >= 0 (0: no limit), got {text}")
+    return value
+
+
+def seconds(text: str) -> float:
+    return _positive(text, "seconds")
+
+
+def nonneg_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text}")
+    return value
+
+
+def port(text: str) -> int:
+    value = nonneg_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"not a TCP port: {value}")
+    return value
+
+
+def path_or_none(text: str) -> str | None:
+    return text or None  # PMC_HOST_SCRIPT set but empty: no host script
+
+
+def launcher_template(text: str) -> str:
+    """--task-launcher: a template whose words and placeholders can be used."""
+    try:
+        check_template(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+# What a profile value of each converter's type must look like (JSON schema). The value
+# is then also checked by the converter itself (``check_profile_value``), which refuses
+# what a schema cannot (nan, inf).
+SCHEMA_OF: dict[Callable[[str], Any], dict[str, Any]] = {
+    positive_int: {"type": "integer", "minimum": 1},
+    nonneg_int: {"type": "integer", "minimum": 0},
+    ref_positive_int: {"type": "integer", "minimum": 1},
+    ref_nonneg_int: {"type": "integer", "minimum": 0},
+    seconds: {"type": "number", "exclusiveMinimum": 0},
+    nonneg_seconds: {"type": "number", "minimum": 0},
+    minutes: {"type": "number", "minimum": 0},
+    port: {"type": "integer", "minimum": 0, "maximum": 65535},
+    launcher_template: {"type": "string"},
+    str: {"type": "string"},
+}
