@@ -58,7 +58,8 @@ def test_two_rank_task_embedded(tmp_path: Path) -> None:
     assert all(hosts != "-" for _r, _s, hosts, _st in got), "PMC_HOSTS names its host"
     assert (tmp_path / "after").exists(), "its child ran after it succeeded"
     assert "DONE mr" in (tmp_path / "m.dag.rescue").read_text()
-    assert "[cluster-task name=mr," in r.stdout
+    record = next(line for line in r.stdout.splitlines() if "name=mr," in line)
+    assert record.endswith(", cpus=2, memory=0]"), "what the task held: both ranks' cpus"
     # The node file lived in the worker's temporary directory, and is gone with it.
     assert not list(tmp.glob("pmc-ranks-*"))
 

@@ -122,6 +122,11 @@ class TaskSpec(NamedTuple):
     # first; None: a plain task.
     hosts: tuple[tuple[str, int], ...] | None = None
 
+    @property
+    def ranks(self) -> int:
+        """How many ranks the task runs as (1 but for a multi-rank task)."""
+        return sum(n for _h, n in self.hosts) if self.hosts else 1
+
 
 class TaskResult(NamedTuple):
     id: int

@@ -290,7 +290,7 @@ class Launcher:
         if out_fd >= 0:
             append(out_fd, cluster_task_record(
                 spec.name, spec.pegasus_id, start, duration, FAILED_STATUS, r.app,
-                self.hostname, self.rank, spec.cpus, spec.memory))
+                self.hostname, self.rank, spec.cpus * spec.ranks, spec.memory * spec.ranks))
         close_stdio(r)
         self.starts.append((spec.id, start))
         self.results.append(TaskResult(spec.id, spec.attempt, FAILED_STATUS, start, duration,
@@ -372,7 +372,7 @@ class Launcher:
                 status = FAILED_STATUS
         record = cluster_task_record(
             spec.name, spec.pegasus_id, r.start, duration, status, r.app, self.hostname,
-            self.rank, spec.cpus, spec.memory,
+            self.rank, spec.cpus * spec.ranks, spec.memory * spec.ranks,
         )
         append(r.out_fd if r.out_fd >= 0 else self.out_fd, record)
         tail_text = None
