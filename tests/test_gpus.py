@@ -95,6 +95,7 @@ def test_a_declared_count_the_job_set_contradicts_stops_the_run(tmp_path: Path) 
             env=clean_env(CUDA_VISIBLE_DEVICES="2,3"))
     assert r.returncode == 1
     assert "--host-gpus 4" in r.stderr and "CUDA_VISIBLE_DEVICES" in r.stderr
+    assert "lost" not in r.stderr, "a worker that said why it cannot start is not lost"
     assert not (tmp_path / "rec.0").exists()
 
 

@@ -44,7 +44,7 @@ def worker_config(o: RunOptions, out_template: str, err_template: str) -> Worker
 def gather_workers(t: Transport, ranks: set[int], resources: Resources,
                    stopped: StopCheck) -> tuple[set[str], set[str]]:
     """Wait for every rank's HELLO (after the CONFIG the caller sent) and add the workers
-    to ``resources``. Returns the workers' accounting methods and how they enforce
+    to ``resources``; a rank that cannot start leaves ``ranks``. Returns the workers' accounting methods and how they enforce
     --strict-limits memory."""
     accounting: set[str] = set()
     memory_limits: set[str] = set()
@@ -62,10 +62,13 @@ def gather_workers(t: Transport, ranks: set[int], resources: Resources,
                 memory_limits.add(limits)
                 waiting.discard(rank)
             elif msg[0] == protocol.ERROR:
+                ranks.discard(rank)  # it has said why it ends: no shutdown, no "lost"
                 raise FatalError(str(msg[1]))
             elif msg[0] == protocol.WORKER_FAILED:
+                ranks.discard(rank)
                 raise FatalError(log_failure(rank, msg[1], msg[2], quiet=True))
         for rank in t.lost():
+            ranks.discard(rank)
             raise FatalError(f"Worker {rank} exited before it reported")
         reason = stopped()
         if reason:
