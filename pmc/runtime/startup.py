@@ -44,8 +44,8 @@ def worker_config(o: RunOptions, out_template: str, err_template: str) -> Worker
 def gather_workers(t: Transport, ranks: set[int], resources: Resources,
                    stopped: StopCheck) -> tuple[set[str], set[str]]:
     """Wait for every rank's HELLO (after the CONFIG the caller sent) and add the workers
-    to ``resources``; a rank that cannot start leaves ``ranks``. Returns the workers' accounting methods and how they enforce
-    --strict-limits memory."""
+    to ``resources``; a rank that cannot start leaves ``ranks``. Returns the workers'
+    accounting methods and how they enforce --strict-limits memory."""
     accounting: set[str] = set()
     memory_limits: set[str] = set()
     waiting = set(ranks)
