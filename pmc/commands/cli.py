@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import resource
+import sys
 from collections.abc import Sequence
 
 from pmc import __version__, options
@@ -62,7 +63,15 @@ def cmd_report(args: argparse.Namespace) -> int:
                        run=args.run)
 
 
-def build_parser() -> argparse.ArgumentParser:
+# The subcommands defined here; any other (or none, or --help) needs the batch wing's.
+_OWN_COMMANDS = frozenset({"run", "status", "report"})
+
+
+def build_parser(batch_commands: bool = True) -> argparse.ArgumentParser:
+    """The ``pmc`` parser. ``batch_commands=False`` leaves out the batch wing's
+    subcommands (``script``, ``submit``, ``jobs``), whose modules (site profiles, schema
+    validation) take ~0.1 s of cpu to import: ``main`` does so when the command line
+    names one of the subcommands above, which parse the same either way."""
     p = argparse.ArgumentParser(prog="pmc",
                                 description="Run DAGs of many short tasks inside one MPI job.")
     p.add_argument("-V", "--version", action="version", version=f"pmc {__version__}")
@@ -98,6 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     report_p.add_argument("--run", metavar="K", type=int,
                           help="which run in a log of several (1 = first, default: last)")
     report_p.set_defaults(func=cmd_report)
+    if not batch_commands:
+        return p
     # pmc.adapters lives in adapters/ (mapped by pyproject), which type checkers do not
     # follow as part of pmc: import it by name.
     adapters_cli = importlib.import_module("pmc.adapters.cli")
@@ -105,8 +116,21 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _command(argv: Sequence[str]) -> str | None:
+    """The subcommand named on the command line: its first word not an option (the
+    top-level options, -h and -V, take no value)."""
+    for word in argv:
+        if word == "--":
+            return None
+        if not word.startswith("-"):
+            return word
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    p = build_parser()
+    words = sys.argv[1:] if argv is None else argv
+    # Every MPI rank parses the command line: import the batch wing only if asked for.
+    p = build_parser(batch_commands=_command(words) not in _OWN_COMMANDS)
     args = p.parse_args(argv)
     try:
         code: int = args.func(args)

@@ -19,19 +19,20 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pmc import log, logsetup
-from pmc.core.events import Fanout, Observer, Summary
-from pmc.core.rescue import RescueError, read_rescue
-from pmc.dag import DAG, DagError, parse_dag
 from pmc.errors import ExitCode, FatalError, Interrupted
 from pmc.options import RunOptions
-from pmc.outputs import assemble
-from pmc.outputs.progress import Progress
-from pmc.runtime.master import Master
-from pmc.runtime.summary import write_summary
-from pmc.transport import Transport
+
+if TYPE_CHECKING:
+    # The master's side is imported where the master is made (below): a worker rank,
+    # which runs this module too, needs none of it (~15 ms of imports per rank).
+    from pmc.core.events import Observer, Summary
+    from pmc.dag import DAG
+    from pmc.outputs.progress import Progress
+    from pmc.runtime.master import Master
+    from pmc.transport import Transport
 
 _MPI_ENV = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "ALPS_APP_PE",
             "MPI_LOCALRANKID")
@@ -118,6 +119,11 @@ def _run_local(opts: RunOptions, observers: list[Observer]) -> int:
 
 def _run_master(opts: RunOptions, observers: list[Observer], make_transport: Any,
                 mode: str) -> int:
+    from pmc.core.events import Fanout
+    from pmc.core.rescue import RescueError, read_rescue
+    from pmc.dag import DagError, parse_dag
+    from pmc.outputs import assemble
+
     # The log file first: every line after this one goes there.
     try:
         logsetup.open_log_file()
@@ -184,6 +190,10 @@ def settle_heap() -> None:
 def _run_with_transport(opts: RunOptions, dag: DAG, done: set[int], out: Observer,
                         progress: Progress | None, transport: Transport, mode: str,
                         sink: TaskOutput) -> int:
+    from pmc.core.rescue import RescueError
+    from pmc.runtime.master import Master
+    from pmc.runtime.summary import write_summary
+
     master = Master(transport, opts, dag, done, out, mode)
     settle_heap()
     log.info(f"Setting max cached files = {master.forward.maxfds}")

@@ -1,0 +1,74 @@
+"""What a run imports: every MPI rank runs the command line, so ``pmc run`` and
+``pegasus-mpi-cluster`` leave out what the command in hand does not use (the batch
+wing's site profiles and schema validation, structlog in text mode, the master's side on
+a worker rank), while ``pmc --help`` and JSON logs work as before."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from pmctest import DIAMOND, MPIEXEC, clean_env, pmc, write_dag
+
+# Runs the command line as ``python -m pmc`` does, then says which of these it imported.
+PROBE = """
+import atexit, os, sys
+WATCH = ("pmc.adapters", "jsonschema", "structlog", "pmc.runtime.master")
+def said():
+    rank = os.environ.get("PMI_RANK", "-")
+    got = sorted(m for m in WATCH if m in sys.modules)
+    print(f"rank {rank} imported {','.join(got) or 'none'}", flush=True)
+atexit.register(said)
+from pmc.commands.cli import main, pegasus_main
+entry = pegasus_main if sys.argv[1] == "pegasus" else main
+sys.exit(entry(sys.argv[2:]))
+"""
+
+
+def probe(args: list[str], cwd: Path, mpi: int = 0) -> subprocess.CompletedProcess[str]:
+    launch = [MPIEXEC, "-n", str(mpi)] if mpi and MPIEXEC else []
+    return subprocess.run([*launch, sys.executable, "-c", PROBE, *args], cwd=cwd,
+                          env=clean_env(), capture_output=True, text=True, timeout=120)
+
+
+def test_pmc_run_in_text_mode_imports_neither_batch_wing_nor_structlog(tmp_path: Path) -> None:
+    dag = write_dag(tmp_path / "d.dag", DIAMOND)
+    r = probe(["pmc", "run", "--workers", "2", dag.name], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "[info] Workflow succeeded" in r.stderr
+    assert r.stdout.splitlines()[-1] == "rank - imported pmc.runtime.master"
+    assert len(list(tmp_path.glob("d.dag.rescue"))) == 1
+
+
+def test_worker_ranks_import_no_master_side(tmp_path: Path) -> None:
+    if MPIEXEC is None:
+        import pytest
+
+        pytest.skip("mpiexec not installed")
+    dag = write_dag(tmp_path / "d.dag", DIAMOND)
+    r = probe(["pegasus", "-s", dag.name], tmp_path, mpi=3)
+    assert r.returncode == 0, r.stderr
+    said = sorted(line for line in r.stdout.splitlines() if line.startswith("rank "))
+    assert said == ["rank 0 imported pmc.runtime.master", "rank 1 imported none",
+                    "rank 2 imported none"]
+
+
+def test_json_logs_still_written(tmp_path: Path) -> None:
+    dag = write_dag(tmp_path / "d.dag", DIAMOND)
+    r = probe(["pmc", "run", "--workers", "2", "--log-format", "json", dag.name], tmp_path)
+    assert r.returncode == 0, r.stderr
+    events = [json.loads(line) for line in r.stderr.splitlines() if line.startswith("{")]
+    assert {e["event"] for e in events} >= {"workflow.started", "task.finished",
+                                            "Workflow succeeded"}
+    assert "structlog" in r.stdout.splitlines()[-1]
+
+
+def test_help_still_lists_the_batch_commands(tmp_path: Path) -> None:
+    r = pmc(["--help"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    for command in ("run", "status", "report", "script", "submit", "jobs"):
+        assert f"    {command}" in r.stdout
+    r = pmc(["script", "--help"], tmp_path)
+    assert r.returncode == 0, r.stderr
