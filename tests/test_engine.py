@@ -193,3 +193,28 @@ def test_tasks_asking_for_gpus_or_ranks_have_classes_of_their_own(tmp_path: Path
     mr = e.pop((2, 0, 0, 4, 2))
     e.requeue(mr)
     assert (2, 0, 0, 4, 2) in e.classes
+
+
+@pytest.mark.parametrize("rescued", [False, True])
+def test_ready_tasks_at_start_cost_a_list_slot_each(tmp_path: Path, rescued: bool) -> None:
+    """A big DAG's master holds its roots twice at start (the list to announce, the ready
+    heap) and a few bytes of state per task: ~20 bytes a task here, not the ~70 that an
+    int object per root and a second list took."""
+    import tracemalloc
+
+    n = 100_000
+    lines = [f"TASK t{i} -m 1 -c 1 /bin/true arg{i}" for i in range(n)]
+    lines += [f"EDGE t{i} t{i + 1}" for i in range(0, n, 4)]  # 3/4 of the tasks are roots
+    dag = make(tmp_path, "\n".join(lines) + "\n")
+    done = {0} if rescued else set()  # a rescue log takes the other path: t1 ready
+    tracemalloc.start()
+    try:
+        engine = Engine(dag, done=done)
+        held, _peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    initial = list(engine.take_initial())  # a copy: the list announced is the ready heap
+    assert len(initial) == engine.nready == 3 * n // 4
+    assert names(dag, initial[:3]) == (["t1", "t2", "t3"] if rescued else ["t0", "t2", "t3"])
+    assert held < 24 * n
+    assert drain(engine) == initial  # in DAG order

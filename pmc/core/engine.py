@@ -45,6 +45,14 @@ def _key(priority: int, task_id: int) -> int:
     return (-priority << 32) | task_id
 
 
+def _ids(dag: DAG) -> Iterable[int]:
+    """The task ids in DAG order, as the int objects the DAG already holds (its index's
+    values): a list of a few hundred thousand ready ids made from ``range`` would hold
+    an int object of its own for each, ~32 bytes apiece (12 MB at 365,000 roots)."""
+    index = dag.index
+    return index.values() if len(index) == len(dag) else range(len(dag))
+
+
 class Engine:
     """Readiness, ordering, tries and failure accounting for one run of a DAG."""
 
@@ -94,29 +102,32 @@ class Engine:
             for task_id in compress(range(n), map(not_, waiting_on)):
                 if state[task_id] == _WAITING:
                     state[task_id] = _READY
-            roots = list(compress(range(n), map(_READY.__eq__, state)))
+            roots = list(compress(_ids(dag), map(_READY.__eq__, state)))
         else:
             # No rescue log: READY (1) exactly where no parent is, built in C, not a
             # Python loop over a million tasks.
             state[:] = bytes(map(not_, waiting_on))
-            roots = list(compress(range(n), state))
+            roots = list(compress(_ids(dag), state))
         self.nready = len(roots)
         # The tasks ready at the start, in DAG order, for the master to announce (then
         # dropped): found here once rather than searched for again.
         self.initial: list[int] = roots
         # Tasks share their TaskOptions (one for every task with the same option text):
         # the distinct ones among the roots are few, whatever their number.
-        options = list(map(options_of, map(dag.tasks.__getitem__, roots)))
-        kinds = {(request_of(o), o.priority) for o in set(options)}
+        tasks = dag.tasks
+        kinds = {(request_of(o), o.priority)
+                 for o in set(map(options_of, map(tasks.__getitem__, roots)))}
         if len(kinds) == 1:
             # The usual case: one class, one priority. Keys ascend with the id, and a
-            # sorted list is already a heap.
+            # sorted list is already a heap: the very list of the roots, which the master
+            # announces (``take_initial``) before anything is taken from a heap.
             ((request, priority),) = kinds
             self.classes[request] = (
-                roots.copy() if priority == 0 else [_key(priority, t) for t in roots])
+                roots if priority == 0 else [_key(priority, t) for t in roots])
         elif kinds:
             buckets: dict[tuple[int, ...], list[int]] = {}
-            for task_id, o in zip(roots, options, strict=True):
+            for task_id in roots:
+                o = options_of(tasks[task_id])
                 buckets.setdefault(request_of(o), []).append(_key(o.priority, task_id))
             for cls, heap in buckets.items():
                 heapq.heapify(heap)
@@ -156,7 +167,8 @@ class Engine:
             i = states.find(value, i + 1)
 
     def take_initial(self) -> list[int]:
-        """The tasks ready at the start, in DAG order, once (the list is then let go)."""
+        """The tasks ready at the start, in DAG order, once (the list is then let go).
+        Read it before the first ``pop`` or ``mark_ready``: it may be a ready heap too."""
         initial, self.initial = self.initial, []
         return initial
 

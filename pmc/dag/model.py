@@ -235,7 +235,10 @@ options_of = attrgetter("_options")
 
 
 class DAG:
-    """Tasks in DAG order plus edges in compressed (CSR) form: small for a million tasks."""
+    """Tasks in DAG order plus edges in compressed (CSR) form: small for a million tasks.
+
+    ``index`` maps each name to its id and holds them in DAG order (ids 0, 1, 2, ...):
+    its values are the ids' own int objects, which the engine reuses."""
 
     __slots__ = ("child_list", "child_start", "index", "nparents", "path", "tasks")
 
