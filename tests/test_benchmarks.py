@@ -81,3 +81,13 @@ def test_firsttask_smoke(tmp_path: Path) -> None:
     # The '#@' DAG: a '#@' line before every TASK, the stamp script in place of /bin/true.
     text = (tmp_path / "first-pegasus-300.dag").read_text()
     assert text.count("\n#@ ") + text.startswith("#@ ") == 300 == text.count("stamp.sh arg")
+
+
+def test_startup_smoke(tmp_path: Path) -> None:
+    mpi = "dropin," if shutil.which("mpiexec") else ""
+    out = run("startup.py", "--rounds", "1", "--modes", f"{mpi}local", "--trees",
+              f"a={BENCH.parent},b={BENCH.parent}", "--keep", str(tmp_path), tmp_path=tmp_path)
+    assert "local a cpu" in out and "local b cpu" in out
+    if mpi:
+        assert "dropin b cpu" in out
+    assert (tmp_path / "one.dag").read_text() == "TASK t1 /bin/true\n"

@@ -1,0 +1,100 @@
+"""Start-up and shut-down: the cpu and wall time of a run of one task, for trees by turns.
+
+    python benchmarks/startup.py                                  # this checkout
+    python benchmarks/startup.py --trees old=/tmp/base,new=. --rounds 9
+
+A one-task DAG (``/bin/true``) run as users start it: ``mpiexec -n W+1
+pegasus-mpi-cluster -s -o /dev/null -e /dev/null`` ("dropin", no binding flags),
+``mpiexec -n W+1 python -m pmc run --mpi`` ("mpi") and ``python -m pmc run --local
+--workers W`` ("local"). What such a run costs is what every run pays besides its
+tasks: interpreters, imports, ``MPI_Init``, the hand-shake and the way out. Each round
+runs every tree and mode once, by turns, so that the machine's drift falls on all
+alike; reported per mode and tree: the median (and range) of the cpu seconds of every
+process of the run (``RUSAGE_CHILDREN``, the launcher and the task included) and of
+the wall seconds, and the ratio of each tree's median cpu to the first tree's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from _common import PYTHON, children_cpu, machine, median, mpiexec, workdir
+
+
+def _env(tree: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PMI_", "PMIX_", "OMPI_", "SLURM_", "PMC_"))}
+    env["PYTHONPATH"] = str(tree) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def one(tree: Path, mode: str, dag: Path, workers: int) -> tuple[float, float]:
+    """(cpu, wall) seconds of one run of ``dag``."""
+    for suffix in (".rescue", ".resource", ".status.json"):
+        Path(f"{dag}{suffix}").unlink(missing_ok=True)
+    if mode == "dropin":
+        cmd = [mpiexec(), "-n", str(workers + 1), str(Path(PYTHON).parent / "pegasus-mpi-cluster"),
+               "-s", "-o", os.devnull, "-e", os.devnull, str(dag)]
+    elif mode == "mpi":
+        cmd = [mpiexec(), "-n", str(workers + 1), PYTHON, "-m", "pmc", "run", "--mpi", "-q",
+               "-s", "-o", os.devnull, str(dag)]
+    else:
+        cmd = [PYTHON, "-m", "pmc", "run", "--local", "--workers", str(workers), "-q", "-s",
+               "-o", os.devnull, str(dag)]
+    c0, t0 = children_cpu(), time.monotonic()
+    proc = subprocess.run(cmd, cwd=dag.parent, env=_env(tree), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=300)
+    wall, cpu = time.monotonic() - t0, children_cpu() - c0
+    if proc.returncode != 0:
+        raise SystemExit(f"{mode} run of {tree} failed ({proc.returncode}):\n{proc.stdout}")
+    return cpu, wall
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--trees", default=f"pmc={Path(__file__).resolve().parent.parent}",
+                   help="NAME=CHECKOUT,... (default: this checkout)")
+    p.add_argument("--modes", default="dropin,mpi,local")
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--keep", metavar="DIR", help="work in DIR and keep the files")
+    a = p.parse_args(argv)
+    trees = [(name, Path(path).resolve()) for name, path in
+             (t.split("=", 1) for t in a.trees.split(","))]
+    modes = a.modes.split(",")
+    for _name, tree in trees:  # compiled first, as an install is
+        subprocess.run([PYTHON, "-m", "compileall", "-q", str(tree / "pmc")], check=True)
+    work = workdir(a.keep)
+    dag = work / "one.dag"
+    dag.write_text("TASK t1 /bin/true\n")
+    print(machine())
+    print(f"{a.rounds} rounds, {a.workers} workers, one /bin/true task; by turns: "
+          + ", ".join(f"{n}={t}" for n, t in trees))
+    got: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for _ in range(a.rounds):
+        for mode in modes:
+            for name, tree in trees:
+                got.setdefault((mode, name), []).append(one(tree, mode, dag, a.workers))
+    print(f"{'mode':8} {'tree':8} {'cpu s median (range)':26} {'wall s median (range)':26} "
+          "cpu ratio")
+    parts = []
+    for mode in modes:
+        base = median([c for c, _ in got[(mode, trees[0][0])]])
+        for name, _tree in trees:
+            cpus = [c for c, _ in got[(mode, name)]]
+            walls = [w for _, w in got[(mode, name)]]
+            print(f"{mode:8} {name:8} {median(cpus):.3f} ({min(cpus):.3f}-{max(cpus):.3f})"
+                  f"{'':6} {median(walls):.3f} ({min(walls):.3f}-{max(walls):.3f})"
+                  f"{'':6} {median(cpus) / base:.2f}")
+            parts.append(f"{mode} {name} cpu {median(cpus):.3f} s wall {median(walls):.3f} s")
+    print("SUMMARY startup: " + "; ".join(parts))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
