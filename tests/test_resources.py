@@ -388,3 +388,28 @@ def test_a_queued_gpu_task_is_not_called_back_while_its_gpus_are_held(
     assert specs["c"].gpus is None and specs["c"].after == -1
     assert r.find(1, 0) is not None, "an idle slot, with cpus"
     assert not placer.fits_now(specs["b"].id)
+
+
+def test_a_queued_gpu_task_given_back_holds_no_ids(tmp_path: Path) -> None:
+    # b queued behind a with a's GPU ids, then given back unstarted: the placer keeps
+    # nothing of it (a long run recalls many queued tasks), and b later starts on its
+    # own with the ids free at that time.
+    dag_path = tmp_path / "g.dag"
+    dag_path.write_text("TASK a --request-gpus 2 /bin/true\nTASK b --request-gpus 2 /bin/true\n")
+    dag = parse_dag(str(dag_path))
+    r = Resources()
+    r.add_worker(1, "h", cpus=4, memory=0, slots=1, gpus=("0", "1"))
+    engine, chains = Engine(dag), Chains()
+    placer = Placer(dag, engine, r, chains, array("i", [0, 0]), Counts(), Observer(),
+                    prefetch=True, set_affinity=False)
+    engine.take_initial()
+    specs = {s.name: s for s in placer.place(None)[1]}
+    b = specs["b"].id
+    assert specs["b"].after == specs["a"].id and placer.queued_gpus == {b: ("0", "1")}
+    back, _refused = chains.returned([b])
+    placer.unqueued(back)
+    engine.requeue(b)
+    assert placer.queued_gpus == {}
+    assert placer.promote(specs["a"].id, r.workers[1]) == -1  # a ends, nothing behind it
+    (again,) = placer.place(None)[1]
+    assert (again.name, again.gpus, again.after) == ("b", ("0", "1"), -1)

@@ -191,6 +191,7 @@ class Losses:
         again = len(running) - len(doomed)
         if self.suspected is None:
             self.suspected = {}
+        self.placer.unqueued(queued)
         for tid in queued:  # never seen by observers as started: ready again
             if tid in heads:
                 self.suspected[tid] = self.suspected.get(tid, 0) + 1

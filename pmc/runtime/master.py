@@ -290,6 +290,7 @@ class Master(Losses):
         (its worker was stopping, by a signal of its own or its wall time): its slot is
         free and the observers, who saw it dispatched, see it queued again."""
         back, refused = self.chains.returned(task_ids)
+        self.placer.unqueued(back)
         for tid in back:
             self.engine.requeue(tid)
         for tid, worker, affinity in refused:

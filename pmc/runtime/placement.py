@@ -151,6 +151,13 @@ class Placer:
             batches.setdefault(worker.rank, []).append(
                 self.spec(task_id, None, after=tail, gpus=ids))
 
+    def unqueued(self, task_ids: list[int]) -> None:
+        """Queued tasks came back unstarted: the GPU ids they were sent with are no
+        longer theirs."""
+        if self.queued_gpus:
+            for task_id in task_ids:
+                self.queued_gpus.pop(task_id, None)
+
     def promote(self, pred: int, worker: Worker) -> int:
         """``pred`` ended on ``worker``: its queued successor (if any) started in its
         place and takes over its slot and resources (returned: the successor, -1 if
