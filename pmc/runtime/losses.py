@@ -80,7 +80,7 @@ class Losses:
     heard: dict[int, float]
     sent: dict[int, float]
     beat_due: float
-    losses: array[int]
+    losses: dict[int, int]
     host_losses: dict[str, int]
     quarantined: set[str]
     benched: dict[int, str]  # quarantined hosts' workers (out of resources): their host
@@ -181,7 +181,7 @@ class Losses:
                     worker.host.give_cpu_set(list(affinity))
                 self.placer.release(tid, worker)
             self.forward_errors.pop(tid, None)
-            self.losses[tid] += 1
+            self.losses[tid] = self.losses.get(tid, 0) + 1
             if self.doomed(tid):
                 doomed.append(tid)
                 continue
@@ -217,7 +217,7 @@ class Losses:
     def doomed(self, tid: int) -> bool:
         """Has the task been on --max-worker-losses lost workers, one of them while it
         was known to run (or on one more while only queued behind a running task)?"""
-        known = self.losses[tid]
+        known = self.losses.get(tid, 0)
         queued = self.suspected.get(tid, 0) if self.suspected else 0
         limit = self.opts.max_worker_losses
         return known + queued >= limit and (known > 0 or queued > limit)
@@ -232,7 +232,7 @@ class Losses:
         fails for good, with the reason in its record."""
         task = self.dag.tasks[tid]
         queued = self.suspected.get(tid, 0) if self.suspected else 0
-        n = self.losses[tid] + queued
+        n = self.losses.get(tid, 0) + queued
         how = "ran or was next to start" if queued else "ran"
         reason = (f"Task {task.name} failed: {n} workers were lost while it {how} on them "
                   f"(the last, worker {rank}); --max-worker-losses is "

@@ -83,7 +83,8 @@ class Master(Losses):
         self.heard: dict[int, float] = {}
         self.sent: dict[int, float] = {}
         self.beat_due = 0.0
-        self.losses = array("i", bytes(4 * len(dag)))  # lost workers each task was on
+        # Lost workers each task was on (few tasks ever are: not an array of every task).
+        self.losses: dict[int, int] = {}
         self.host_losses: dict[str, int] = {}
         self.quarantined: set[str] = set()
         self.benched: dict[int, str] = {}

@@ -1,76 +1,16 @@
 """Fixtures for the adapter tests: fake batch-system commands first on PATH, and a
-helper that runs the real ``pmc`` command line against them."""
+helper that runs the real ``pmc`` command line against them (see adapterkit.py)."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
+from adapterkit import FAKE_TOOLS, HERE, REPO, Fakes
 from pmctest import DIAMOND
-
-HERE = Path(__file__).parent
-REPO = HERE.parent.parent
-FAKE_TOOLS = [
-    "sbatch",
-    "squeue",
-    "scontrol",
-    "scancel",
-    "qsub",
-    "qstat",
-    "qdel",
-    "llsubmit",
-    "llq",
-    "llcancel",
-    "srun",
-    "mpiexec",
-    "aprun",
-    "poe",
-    "apptainer",
-]
-
-@dataclass
-class Fakes:
-    bin: Path
-    state: Path
-    env: dict[str, str]
-    work: Path
-
-    def calls(self, tool: str | None = None) -> list[dict[str, Any]]:
-        f = self.state / "calls.jsonl"
-        if not f.exists():
-            return []
-        entries = [json.loads(line) for line in f.read_text().splitlines()]
-        return [e for e in entries if tool is None or e["tool"] == tool]
-
-    def pmc(self, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
-            [sys.executable, "-m", "pmc", *args],
-            cwd=self.work,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=240,
-        )
-        if check:
-            assert proc.returncode == 0, proc.stderr + proc.stdout
-        return proc
-
-    def job_output(self) -> str:
-        return "".join(p.read_text() for p in sorted(self.state.glob("job-*.out")))
-
-    def profile(self, name: str, data: dict[str, Any]) -> Path:
-        path = self.work / name
-        path.write_text(yaml.safe_dump(data))
-        return path
 
 
 @pytest.fixture
@@ -106,25 +46,3 @@ def fakes(tmp_path: Path) -> Fakes:
     )
     (work / "diamond.dag").write_text(DIAMOND)
     return Fakes(bin_dir, state, env, work)
-
-
-def python_pmc() -> list[str]:
-    """How the job scripts in these tests start pmc: this interpreter, whatever PATH."""
-    return [sys.executable, "-m", "pmc"]
-
-
-def base_profile(scheduler: str, **extra: Any) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "site": f"fake-{scheduler}",
-        "scheduler": scheduler,
-        "walltime": "00:10:00",
-        "nodes": 1,
-        "ranks_per_node": 3,
-        "pmc": {"command": python_pmc()},
-    }
-    data.update(extra)
-    return data
-
-
-def argv_of(calls: Sequence[dict[str, Any]]) -> list[list[str]]:
-    return [c["argv"] for c in calls]

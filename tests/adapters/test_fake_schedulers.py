@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Fakes, base_profile, python_pmc
+from adapterkit import Fakes, base_profile, python_pmc
 from pmctest import rescue_done
 
 pytestmark = pytest.mark.mpi

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Fakes, base_profile
+from adapterkit import Fakes, base_profile
 from pmc.adapters import AdapterError, script_for
 from pmc.adapters.site import parse_site
 
