@@ -52,9 +52,11 @@ from _common import PYTHON, children_cpu, machine, pmc_env, write_big
 HERE = Path(__file__).resolve().parent
 
 
-def write_with_options(path: Path, n: int, edges: int, pegasus: bool) -> None:
+def write_with_options(path: Path, n: int, edges: int, pegasus: bool,
+                       wide_every: int = 0) -> None:
     """The "local" DAG of ``write_big``, every TASK line with options (and, with
-    ``pegasus``, a ``#@`` line before it)."""
+    ``pegasus``, a ``#@`` line before it); with ``wide_every`` k, every k-th task asks
+    for 2 cpus."""
     plain = path.with_suffix(".plain")
     write_big(plain, n, edges, local=True)
     with open(plain) as src, open(path, "w", buffering=1 << 20) as f:
@@ -64,7 +66,8 @@ def write_with_options(path: Path, n: int, edges: int, pegasus: bool) -> None:
                 i = int(name[5:])
                 if pegasus:
                     f.write(f"#@ {i + 1} pegasus::transformation:1.0 ID{i + 1:07d}\n")
-                line = f"TASK {name} -m 1 -c 1 /bin/true arg{i}\n"
+                cpus = 2 if wide_every and i % wide_every == wide_every - 1 else 1
+                line = f"TASK {name} -m 1 -c {cpus} /bin/true arg{i}\n"
             f.write(line)
     plain.unlink()
 
@@ -171,21 +174,6 @@ def measure(dag_path: str, workers: int, slots: int) -> dict[str, float]:
     }
 
 
-def write_cluster_dag(path: Path, n: int) -> None:
-    """``n`` tasks, ``n`` local edges, options on every TASK line; every fourth task asks
-    for 2 cpus."""
-    plain = path.with_suffix(".plain")
-    write_big(plain, n, n, local=True)
-    with open(plain) as src, open(path, "w", buffering=1 << 20) as f:
-        for line in src:
-            if line.startswith("TASK "):
-                name = line.split(None, 2)[1]
-                i = int(name[5:])
-                line = f"TASK {name} -m 1 -c {2 if i % 4 == 3 else 1} /bin/true arg{i}\n"
-            f.write(line)
-    plain.unlink()
-
-
 def cluster_layout(workers: int, hosts: int) -> list[tuple[int, str]]:
     """(rank, host) of each worker: consecutive ranks on a host, in rank order."""
     hosts = min(workers, hosts)
@@ -227,7 +215,7 @@ def cluster_main(args: argparse.Namespace) -> int:
     work.mkdir(parents=True, exist_ok=True)
     dag = work / f"cluster-{args.tasks}.dag"
     if not dag.exists():
-        write_cluster_dag(dag, args.tasks)
+        write_with_options(dag, args.tasks, args.tasks, pegasus=False, wide_every=4)
     print(f"machine: {machine()}")
     print(f"{args.tasks} tasks (1 in 4 with -c 2), {slots} slots per worker, up to "
           f"{args.hosts} hosts, one cpu per slot; trees by turns: "
