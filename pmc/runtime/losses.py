@@ -177,9 +177,7 @@ class Losses:
                 # The slot went with the worker; its host (and every other host of a
                 # multi-rank task) gets the cpus, memory and GPUs back, and observers
                 # hear of each.
-                if affinity:
-                    worker.host.give_cpu_set(list(affinity))
-                self.placer.release(tid, worker)
+                self.placer.release(tid, worker, affinity)
             self.forward_errors.pop(tid, None)
             self.losses[tid] = self.losses.get(tid, 0) + 1
             if self.doomed(tid):

@@ -295,9 +295,7 @@ class Master(Losses):
         for tid in back:
             self.engine.requeue(tid)
         for tid, worker, affinity in refused:
-            if affinity:
-                worker.host.give_cpu_set(list(affinity))
-            self.placer.release(tid, worker)
+            self.placer.release(tid, worker, affinity)
             self.engine.requeue(tid)
             if self.stop_reason is None:
                 self.mark_ready(tid)

@@ -33,7 +33,7 @@ class RankLauncher:
         nodefile = os.path.join(self.dir, f"task{spec.id}.{spec.attempt}.nodes")
         ranklaunch.write_nodefile(nodefile, spec.hosts)
         launcher = ranklaunch.launcher_argv(
-            self.template, ranks=sum(n for _h, n in spec.hosts), hosts=spec.hosts,
+            self.template, ranks=spec.ranks, hosts=spec.hosts,
             cpus_per_rank=spec.cpus, nodefile=nodefile)
         return launcher + argv, ranklaunch.task_env(env, spec.hosts, nodefile), nodefile
 

@@ -167,11 +167,7 @@ class Placer:
         before = tasks[pred]
         succ = self.chains.promote(pred)
         if succ < 0:
-            if res.grants:
-                self.release(pred, worker)
-            else:
-                res.release(worker, before.cpus, before.memory)
-                self.out.host_changed(worker.host)
+            self.release(pred, worker)
             return -1
         after = tasks[succ]
         ids = self.queued_gpus.pop(succ, None) if self.queued_gpus else None
@@ -185,8 +181,12 @@ class Placer:
         self.dispatched(succ, worker)
         return succ
 
-    def release(self, task_id: int, worker: Worker) -> None:
-        """A task's slot and all it holds given back (it ended, or was refused)."""
+    def release(self, task_id: int, worker: Worker,
+                affinity: tuple[int, ...] | None = None) -> None:
+        """A task's slot and all it holds given back (it ended, was refused, or its
+        worker was lost), the cpus it was bound to included."""
+        if affinity:
+            worker.host.give_cpu_set(list(affinity))
         task = self.dag.tasks[task_id]
         grants = self.resources.grants
         grant = grants.get(task_id) if grants else None
