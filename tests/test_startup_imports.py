@@ -19,7 +19,10 @@ WATCH = ("pmc.adapters", "jsonschema", "structlog", "pmc.runtime.master")
 def said():
     rank = os.environ.get("PMI_RANK", "-")
     got = sorted(m for m in WATCH if m in sys.modules)
-    print(f"rank {rank} imported {','.join(got) or 'none'}", flush=True)
+    sys.stdout.flush()
+    # One write per line: the ranks' outputs meet in mpiexec's, and print() under
+    # PYTHONUNBUFFERED writes the text and its newline apart.
+    os.write(1, f"rank {rank} imported {','.join(got) or 'none'}\\n".encode())
 atexit.register(said)
 from pmc.commands.cli import main, pegasus_main
 entry = pegasus_main if sys.argv[1] == "pegasus" else main
