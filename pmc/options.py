@@ -68,6 +68,7 @@ class RunOptions:
     max_worker_losses: int = 2  # lost workers a task may take down before it fails
     host_gpus: int | None = None  # declared GPUs per host; None: probed
     task_launcher: str | None = None  # multi-rank tasks' launcher template; None: default
+    task_accounting: str = "auto"  # "auto", "cgroup" or "rusage" (pmc.runtime.accounting)
     # Observability
     log_format: str = "text"  # "text" or "json"
     log_file: str | None = None
@@ -268,6 +269,13 @@ OPTIONS: tuple[Option, ...] = (
     Option(("--task-launcher",), "task_launcher", "how --ranks tasks start (default: srun in "
            "Slurm, else mpiexec)", metavar="TEMPLATE", type=launcher_template, extension=True,
            profile="pmc.task_launcher", worker=True),
+    Option(("--task-accounting",), "task_accounting",
+           "how each task's peak memory and cpu are measured: cgroup (its whole process "
+           "tree, in a cgroup per task slot where the worker may create one; ~0.1 ms more "
+           "per task), rusage (wait4: the cpu of the processes it waited for, the peak "
+           "only where it passes the worker's own), auto (default: cgroup with strict "
+           "limits or a JSON log, whose task events carry the figures; else rusage)", choices=("auto", "cgroup", "rusage"), default="auto",
+           extension=True, profile="pmc.task_accounting", worker=True),
     Option(("--log-format",), "log_format",
            "log lines as text (default) or one JSON object per line",
            choices=("text", "json"), default="text", extension=True,

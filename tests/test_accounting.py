@@ -140,6 +140,36 @@ def test_without_cgroups_the_peak_is_unknown_not_the_workers(tmp_path: Path) -> 
     assert t["user_cpu"] is None
 
 
+def test_task_accounting_rusage_is_used_even_where_cgroups_could_be(tmp_path: Path) -> None:
+    code, evs = run(tmp_path, "TASK t /bin/true\n", "--task-accounting", "rusage")
+    assert code == 0
+    assert next(ev for ev in evs if ev["event"] == "workflow.started")["accounting"] \
+        == "rusage"
+    assert ended(evs, "t")["user_cpu"] is None
+
+
+CGROUPS_HERE = not HOST["cgroup-v1"] or not HOST["cgroup-v2"]
+
+
+@pytest.mark.parametrize(("args", "uses_cgroups"), [
+    ((), False),  # auto, a text log: nothing would read the figures
+    (("--strict-limits",), CGROUPS_HERE),  # auto: the limit needs the group
+    (("--task-accounting", "cgroup"), CGROUPS_HERE),
+])
+def test_task_accounting_in_a_text_log_run(tmp_path: Path, args: tuple[str, ...],
+                                           uses_cgroups: bool) -> None:
+    dag = write_dag(tmp_path / "a.dag", "TASK t /bin/true\n")
+    r = pmc(["run", "--workers", "1", "-v", *args, dag.name], tmp_path)
+    assert r.returncode == 0, r.stderr
+    said = [line for line in r.stderr.splitlines() if "Task accounting through rusage" in line]
+    if uses_cgroups:
+        assert not said
+    else:
+        assert len(said) == 1
+        if not args:
+            assert "--task-accounting auto: no task figures are written" in said[0]
+
+
 def test_failed_task_names_its_stderr_and_last_lines(tmp_path: Path) -> None:
     script = "for i in $(seq 1 30); do echo line$i >&2; done; exit 3"
     code, evs = run(tmp_path, f"TASK bad /bin/sh -c '{script}'\n")
@@ -157,7 +187,8 @@ def test_groups_of_a_killed_worker_are_removed(tmp_path: Path, method: str) -> N
     time it ends at once.)"""
     dag = write_dag(tmp_path / "k.dag", "TASK k /bin/sh -c '[ -e worker.pid ] && exit 0; "
                                         "echo $PPID > worker.pid; exec sleep 60'\n")
-    proc = subprocess.Popen([PY, "-m", "pmc", "run", "--workers", "1", dag.name],
+    proc = subprocess.Popen([PY, "-m", "pmc", "run", "--workers", "1",
+                             "--task-accounting", "cgroup", dag.name],
                             cwd=tmp_path, env=clean_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:

@@ -46,7 +46,7 @@ from typing import Any, NamedTuple
 
 # 4: STARTED, starts with RESULTS, START carries the wall time left; 5: WORKER_FAILED;
 # 6: PING, worker_timeout in WorkerConfig; 7: GPUs in HELLO, TaskSpec gpus and hosts
-VERSION = 7
+VERSION = 8
 
 CONFIG = 1
 HELLO = 2
@@ -95,6 +95,7 @@ class WorkerConfig(NamedTuple):
     worker_timeout: float = 60.0  # seconds of silence before a peer counts as lost
     host_gpus: int | None = None  # --host-gpus: declared GPUs; None: probe
     task_launcher: str | None = None  # --task-launcher: multi-rank tasks' template
+    task_accounting: str = "auto"  # --task-accounting: "auto", "cgroup" or "rusage"
 
 
 class TaskSpec(NamedTuple):

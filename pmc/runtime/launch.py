@@ -34,7 +34,7 @@ from pmc.core.protocol import (
 )
 from pmc.core.records import cluster_task_record
 from pmc.dag import split_command
-from pmc.runtime.accounting import Accounting, self_maxrss_kb
+from pmc.runtime.accounting import Accounting, not_wanted, self_maxrss_kb
 from pmc.runtime.guard import Guard
 from pmc.runtime.hostinfo import close_on_exec_all
 from pmc.runtime.multirank import RankLauncher
@@ -143,7 +143,9 @@ class Launcher:
             self.out_fd = open_append(out_path)
             self.err_fd = open_append(err_path)
         self.err_path = os.path.abspath(config.err_path.format(rank=rank))
-        self.accounting = Accounting(config.worker_slots, config.strict_limits)
+        self.accounting = Accounting(
+            config.worker_slots, config.strict_limits,
+            not_wanted(config.task_accounting, config.strict_limits, config.log_format))
         close_on_exec_all()  # before the guard and the first task start
         self.guard = Guard(KILL_GRACE)
         # GPUs (pmc extension): on a host with some, a task gets its own ids (none for a

@@ -58,6 +58,19 @@ from pmc.runtime.accounting.groups import Groups, V1Groups, V2Groups
 from pmc.runtime.accounting.slots import Slot
 
 
+def not_wanted(mode: str, strict_limits: bool, log_format: str) -> str:
+    """Why a run's workers should not try cgroups ("" if they should), by
+    ``--task-accounting``: a task's cgroups cost its spawn and its own page faults and
+    scheduling ~0.1 ms of cpu (a ``/bin/true`` costs ~0.6 ms here), worth it where its
+    figures go somewhere (the JSON log's task events) or its limit is needed."""
+    if mode == "rusage":
+        return "--task-accounting rusage"
+    if mode == "auto" and not strict_limits and log_format != "json":
+        return ("--task-accounting auto: no task figures are written (no --log-format "
+                "json) nor limits set (no --strict-limits)")
+    return ""
+
+
 class Usage:
     """What the worker tells of one finished try."""
 
@@ -74,7 +87,8 @@ class Usage:
 class Accounting:
     """The worker's accounting for its slots (see the module docstring)."""
 
-    def __init__(self, slots: int, strict_limits: bool) -> None:
+    def __init__(self, slots: int, strict_limits: bool, not_wanted: str = "") -> None:
+        """``not_wanted``: why cgroups are not to be tried (see ``not_wanted``)."""
         self.method = "rusage"
         self.why = ""  # why cgroups are not used, for the start event and -v
         self.problem = ""  # why the last enter() gave no group, if it failed
@@ -84,6 +98,8 @@ class Accounting:
         self.groups: Groups | None = None
         if os.environ.get("PMC_NO_CGROUPS"):
             self.why = "PMC_NO_CGROUPS is set"
+        elif not_wanted:
+            self.why = not_wanted
         else:
             self.why = self._choose(slots)
         if self.why:
