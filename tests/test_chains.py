@@ -167,11 +167,12 @@ def test_a_chain_cut_by_returned_tasks_has_room_again() -> None:
     (w,) = workers(1)
     c = Chains()
     c.start(1, w, None, (1, 0))
-    c.queue(2, 1, (1, 0))
-    c.queue(3, 2, (1, 0))
+    last = 1 + PREFETCH_DEPTH
+    for task in range(2, last + 1):
+        c.queue(task, task - 1, (1, 0))
     assert c.open_tail(1, 0) == -1, "the chain is full"
-    c.returned([3])
-    assert c.open_tail(1, 0) == 2
+    c.returned([last])
+    assert c.open_tail(1, 0) == last - 1
     c.returned([2])
     assert c.open_tail(1, 0) == 1
     c.drop_worker(w.rank)

@@ -25,7 +25,12 @@ from collections.abc import Iterable
 
 from pmc.core.resources import Worker
 
-PREFETCH_DEPTH = 2  # tasks queued behind each running one: room for results to batch
+# Tasks queued behind each running one: room for results to travel together. With 6
+# (and the workers' RESULT_HOLD), 10,000 /bin/true through `mpiexec -n 3
+# pegasus-mpi-cluster` ran at 0.82 of the spawn floor against 0.70 with 2: a sixth of
+# the messages each way (benchmarks/RESULTS.md). A slot idle while tasks wait elsewhere
+# takes them back (the master's recall), so the depth does not keep a slot waiting.
+PREFETCH_DEPTH = 6
 
 Affinity = tuple[int, ...] | None
 Kind = tuple[int, ...]  # what a task asks for: (cpus, memory MB[, gpus, ...])

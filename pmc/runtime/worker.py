@@ -38,9 +38,11 @@ from pmc.runtime.topology import cpu_numa_nodes, gpu_inventory
 from pmc.transport import Transport, TransportError, look_interval
 
 # While every running task has its successor queued, results wait up to this long to
-# travel together: fewer messages for both ends, and the slots are not waiting. Embedded
-# mode only (see Worker.__init__).
-RESULT_HOLD = 0.002
+# travel together: fewer messages for both ends, and the slots are not waiting (a slot
+# holds up to PREFETCH_DEPTH tasks: several ms of short ones). Where the master's socket
+# can be waited on only (see Worker.__init__). The master hears of an end or a start up
+# to this much later; the records' times are the worker's own.
+RESULT_HOLD = 0.010
 SATED_LOOK = 0.01  # polling transports: look this often while no slot needs a task
 # The most of a failure's traceback sent to the master (its end: the exception).
 FAILURE_BYTES = 8192
