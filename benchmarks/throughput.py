@@ -15,7 +15,9 @@ printed too, and its ratio to the same floors ("end to end": start-up included).
 observability case adds ``--log-format json --log-file F --metrics-port 0`` to the
 embedded run; both run twice a round, in the order plain,
 observed, observed, plain, and the cost is the median of the ratios of the observed runs
-to the plain ones beside them. ``--with-no-prefetch``
+to the plain ones beside them. A JSON log also brings per-task cgroup accounting where
+the workers may create cgroups (``--task-accounting auto``): the cost is the defaults',
+both together, as users see it. ``--with-no-prefetch``
 adds runs with PMC's one-task-per-free-slot dispatch.
 
 Beside the rates, the cpu per task of every process of a run (floor: the loop and its

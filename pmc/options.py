@@ -274,8 +274,9 @@ OPTIONS: tuple[Option, ...] = (
            "tree, in a cgroup per task slot where the worker may create one; ~0.1 ms more "
            "per task), rusage (wait4: the cpu of the processes it waited for, the peak "
            "only where it passes the worker's own), auto (default: cgroup with strict "
-           "limits or a JSON log, whose task events carry the figures; else rusage)", choices=("auto", "cgroup", "rusage"), default="auto",
-           extension=True, profile="pmc.task_accounting", worker=True),
+           "limits or a JSON log, whose task events carry the figures; else rusage)",
+           choices=("auto", "cgroup", "rusage"), default="auto", extension=True,
+           profile="pmc.task_accounting", worker=True),
     Option(("--log-format",), "log_format",
            "log lines as text (default) or one JSON object per line",
            choices=("text", "json"), default="text", extension=True,

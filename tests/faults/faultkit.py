@@ -93,7 +93,7 @@ def environ(pid: int) -> dict[str, str]:
 
 def mpi_ranks(launcher_pid: int) -> dict[int, int]:
     """rank -> pid of the MPI processes started by ``launcher_pid`` (mpiexec). A worker
-    rank is the child of the process the launcher started (its keeper, which runs
+    rank is the child of the process the launcher started (its keeper, forked from it:
     pmc.runtime.rankshim)."""
     found: dict[int, set[int]] = {}
     for pid in descendants(launcher_pid):
@@ -115,14 +115,23 @@ def mpi_ranks(launcher_pid: int) -> dict[int, int]:
 
 def rank_keepers(launcher_pid: int) -> dict[int, int]:
     """rank -> pid of the processes the launcher started for worker ranks (their
-    keepers, pmc.runtime.rankshim)."""
+    keepers, pmc.runtime.rankshim, named ``pmc-keeper``)."""
     ranks = mpi_ranks(launcher_pid)
     out = {}
     for rank, pid in ranks.items():
         st = _stat(pid)
-        if st is not None and "pmc.runtime.rankshim" in cmdline(st[0]):
+        if st is not None and comm(st[0]) == "pmc-keeper":
             out[rank] = st[0]
     return out
+
+
+def comm(pid: int) -> str:
+    """The process's name (``ps -o comm``), "" if it is gone."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
 def status_kb(pid: int, field: str) -> int:

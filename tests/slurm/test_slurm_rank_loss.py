@@ -54,7 +54,7 @@ def parent(pid: int) -> int:
 
 def worker_rank(job_id: str, rank: int) -> int | None:
     """The pid of a worker rank of the job: ``pmc run``, the child of the process srun
-    started (its keeper, pmc.runtime.rankshim)."""
+    started (its keeper, pmc.runtime.rankshim, forked from it and named ``pmc-keeper``)."""
     found = set()
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -69,13 +69,13 @@ def worker_rank(job_id: str, rank: int) -> int | None:
         if env.get("SLURM_JOB_ID") == job_id and env.get("SLURM_PROCID") == str(rank) \
                 and env.get("SLURM_STEP_ID") not in (None, "batch"):
             found.add(int(name))
-    inner = [p for p in found if b"pmc.runtime.rankshim" in cmdline(parent(p))]
+    inner = [p for p in found if comm(parent(p)) == b"pmc-keeper"]
     return inner[0] if inner else None
 
 
-def cmdline(pid: int) -> bytes:
+def comm(pid: int) -> bytes:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
+        return Path(f"/proc/{pid}/comm").read_bytes().strip()
     except OSError:
         return b""
 
