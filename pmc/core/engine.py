@@ -150,6 +150,11 @@ class Engine:
         heads.sort()
         return heads
 
+    @staticmethod
+    def task_of(key: int) -> int:
+        """The task of a ``ready_heads`` key."""
+        return key & _ID_MASK
+
     def finished(self) -> bool:
         """Nothing runs and nothing more will be started in this run."""
         return self.nrunning == 0 and (self.nready == 0 or not self.accepting())

@@ -8,12 +8,16 @@ within ``probe_wait`` are lost at once rather than after --worker-timeout.
 
 A lost worker's running and queued tasks are ready again without counting as tries; a
 task that was running on --max-worker-losses lost workers fails for good (it may be what
-kills them). A task queued directly behind a running one counts the loss too, apart: the
-worker starts it the moment the one ahead ends, and may have done so before the master
-heard. Such losses doom a task only together with one while it was known to run, or when
-there is one more of them than --max-worker-losses, so that a task queued behind one that
-kills its workers is not failed with it. A host that loses ``QUARANTINE_AFTER`` workers
-gets no more tasks, unless it is the last one with workers.
+kills them). A task queued on the lost worker counts the loss too, apart: the worker
+starts each queued task the moment the one ahead ends, and tells the master of starts
+with its results, which wait for company (up to the worker's RESULT_HOLD): any of them
+may have started unheard. Such losses doom a task only together with one while it was
+known to run, or when there is one more of them than --max-worker-losses. And from then
+on such a task starts only on a free slot, never from a queue (``Placer.never_queue``):
+where it runs the master knows it, and a task that kills each worker it starts on fails
+after --max-worker-losses workers, the tasks queued beside it having run elsewhere. A
+host that loses ``QUARANTINE_AFTER`` workers gets no more tasks, unless it is the last
+one with workers.
 
 In embedded mode a lost worker is replaced (at most as many times as the run started
 with workers): the transport starts a new rank, which gets the run's CONFIG and START as
@@ -89,7 +93,7 @@ class Losses:
     replacements_left: int
     placer: Placer
     # Kept here (Master.__init__ does not set them): when the probe after a rank's end
-    # is due, and the losses each task had while queued behind a running task.
+    # is due, and the losses each task had while queued on the lost worker.
     probe_due: float | None = None
     suspected: dict[int, int] | None = None
 
@@ -166,9 +170,9 @@ class Losses:
                     break
         self.t.abandon(rank)
         chains = self.chains
-        # Queued directly behind a task running there: perhaps started, unheard of.
-        heads = {tid: w for tid, (w, pred) in chains.queued.items()
-                 if w.rank == rank and pred in chains.running}
+        # Queued there: perhaps started, unheard of.
+        suspects = {tid: w for tid, (w, _pred) in chains.queued.items() if w.rank == rank}
+        self.placer.never_queue.update(suspects)
         worker = self.resources.remove_worker(rank)
         running, queued = chains.drop_worker(rank)
         doomed: list[int] = []
@@ -191,12 +195,11 @@ class Losses:
             self.suspected = {}
         self.placer.unqueued(queued)
         for tid in queued:  # never seen by observers as started: ready again
-            if tid in heads:
-                self.suspected[tid] = self.suspected.get(tid, 0) + 1
-                if self.doomed(tid):
-                    self.placer.dispatched(tid, heads[tid])  # it may have run: tell it
-                    doomed.append(tid)
-                    continue
+            self.suspected[tid] = self.suspected.get(tid, 0) + 1
+            if self.doomed(tid):
+                self.placer.dispatched(tid, suspects[tid])  # it may have run: tell it
+                doomed.append(tid)
+                continue
             self.engine.requeue(tid)
         how = f" ({why})" if why else ""
         log.error(f"Worker {rank} was lost{how}; {again} task(s) it was running will "
@@ -214,7 +217,7 @@ class Losses:
 
     def doomed(self, tid: int) -> bool:
         """Has the task been on --max-worker-losses lost workers, one of them while it
-        was known to run (or on one more while only queued behind a running task)?"""
+        was known to run (or on one more while only queued there)?"""
         known = self.losses.get(tid, 0)
         queued = self.suspected.get(tid, 0) if self.suspected else 0
         limit = self.opts.max_worker_losses
@@ -231,7 +234,7 @@ class Losses:
         task = self.dag.tasks[tid]
         queued = self.suspected.get(tid, 0) if self.suspected else 0
         n = self.losses.get(tid, 0) + queued
-        how = "ran or was next to start" if queued else "ran"
+        how = "ran or was queued" if queued else "ran"
         reason = (f"Task {task.name} failed: {n} workers were lost while it {how} on them "
                   f"(the last, worker {rank}); --max-worker-losses is "
                   f"{self.opts.max_worker_losses}")

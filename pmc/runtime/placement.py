@@ -41,6 +41,10 @@ class Placer:
         # The GPU ids of queued tasks (taken from the task each follows): their grant
         # once promoted (the master's ``promote``).
         self.queued_gpus: dict[int, tuple[str, ...]] = {}
+        # Tasks queued on a worker when it was lost, which may have started there unheard
+        # (pmc.runtime.losses): they start only on a free slot from now on, where the
+        # master knows they run, so that one that kills its workers is told apart.
+        self.never_queue: set[int] = set()
 
     def announce(self, task_ids: list[int], number: int) -> int:
         """Tell the observers the tasks ready at the start (the master's ``mark_ready``
@@ -128,7 +132,9 @@ class Placer:
         while engine.nready:
             # Only the task that would be chosen next anyway: prefetching must not
             # reorder priorities, nor starve a bigger task waiting for resources.
-            _key, cls = engine.ready_heads()[0]
+            key, cls = engine.ready_heads()[0]
+            if self.never_queue and engine.task_of(key) in self.never_queue:
+                break  # it waits for a free slot
             gpus = 0
             if len(cls) > 2:
                 if cls[3] != 1:
