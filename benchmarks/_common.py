@@ -125,24 +125,27 @@ class PmcRun:
 
 
 @functools.cache
-def _compile_pmc() -> None:
-    """Compile pmc's modules, as a non-editable install does: in a checkout run with
-    PYTHONDONTWRITEBYTECODE every start of every worker would compile them again, and
-    the benchmarks would time that."""
-    compileall.compile_dir(str(REPO / "pmc"), quiet=1)
+@functools.cache
+def _compile_pmc(tree: Path) -> None:
+    """Compile a checkout's modules, as a non-editable install does: in a checkout run
+    with PYTHONDONTWRITEBYTECODE every start of every worker would compile them again,
+    and the benchmarks would time that."""
+    compileall.compile_dir(str(tree / "pmc"), quiet=1)
 
 
-def pmc_env() -> dict[str, str]:
-    """The environment of every pmc a benchmark starts (its modules compiled first)."""
-    _compile_pmc()
+def pmc_env(tree: Path = REPO) -> dict[str, str]:
+    """The environment of every pmc a benchmark starts: ``tree``'s pmc (this checkout's
+    by default), its modules compiled first."""
+    _compile_pmc(tree)
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(tree) + os.pathsep + env.get("PYTHONPATH", "")
     return env
 
 
 def run_pmc(dag: Path, mode: str, workers: int, extra: Sequence[str] = (),
-            slots: int = 1, timeout: float = 3600) -> PmcRun:
-    """One run of ``pmc run`` on a fresh rescue log; the summary record gives the rate."""
+            slots: int = 1, timeout: float = 3600, tree: Path = REPO) -> PmcRun:
+    """One run of ``pmc run`` (``tree``'s) on a fresh rescue log; the summary record
+    gives the rate."""
     for suffix in (".rescue", ".resource", ".status.json"):
         try:
             os.unlink(f"{dag}{suffix}")
@@ -168,7 +171,7 @@ def run_pmc(dag: Path, mode: str, workers: int, extra: Sequence[str] = (),
     t0 = time.monotonic()
     c0 = children_cpu()
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          cwd=dag.parent, env=pmc_env(), timeout=timeout, check=False)
+                          cwd=dag.parent, env=pmc_env(tree), timeout=timeout, check=False)
     cpu = children_cpu() - c0
     wall = time.monotonic() - t0
     m = _SUMMARY.search(proc.stdout)

@@ -5,6 +5,7 @@
                                                     # bound to cpus, all through MPI),
                                                     # 3 rounds
     python benchmarks/throughput.py --tasks 2000 --rounds 1 --modes local
+    python benchmarks/throughput.py --trees old=/tmp/old,new=.   # two checkouts by turns
 
 Each round runs the floor (a tight posix_spawn + wait loop, in C when a compiler is
 there) before and after each pmc case, and each case's ratio is to the mean of the two
@@ -33,6 +34,7 @@ from pathlib import Path
 
 from _common import (
     NCSA_LAYERS,
+    REPO,
     Floor,
     PmcRun,
     machine,
@@ -65,7 +67,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="layer widths of the layered DAG")
     p.add_argument("--program", default="/bin/true")
     p.add_argument("--keep", metavar="DIR", help="work in DIR and keep the files")
+    p.add_argument("--trees", metavar="NAME=CHECKOUT,...",
+                   help="run each case with each checkout's pmc, by turns (default: this "
+                   "checkout's)")
     args = p.parse_args(argv)
+    trees = [("", REPO)]
+    if args.trees:
+        trees = [(f"{name}:", Path(path).resolve()) for name, path in
+                 (t.split("=", 1) for t in args.trees.split(","))]
 
     work = workdir(args.keep)
     floor = Floor(work)
@@ -81,14 +90,17 @@ def main(argv: list[str] | None = None) -> int:
         n, e = write_layered(path, layers, args.program)
         dags["layered"] = (path, n)
         print(f"layered DAG: {'+'.join(map(str, layers))} = {n} tasks, {e} edges")
-    cases: list[tuple[str, str, str, list[str]]] = []  # (label, shape, mode, extra)
+    # (label, shape, mode, extra, checkout)
+    cases: list[tuple[str, str, str, list[str], Path]] = []
     for shape in dags:
         for mode in modes:
-            cases.append((f"{shape}/{mode}", shape, mode, []))
+            for name, tree in trees:
+                cases.append((f"{name}{shape}/{mode}", shape, mode, [], tree))
     if args.with_no_prefetch and "independent" in dags:
         for mode in (m for m in modes if m in ("local", "mpi")):
-            cases.append((f"independent/{mode}+no-prefetch", "independent", mode,
-                          ["--no-prefetch"]))
+            for name, tree in trees:
+                cases.append((f"{name}independent/{mode}+no-prefetch", "independent", mode,
+                              ["--no-prefetch"], tree))
     obs = base = ""  # the observed case's label, and the plain one's
     if not args.no_observability and "local" in modes and dags:
         # Beside the plain run it is compared with (this machine's speed drifts by
@@ -97,15 +109,17 @@ def main(argv: list[str] | None = None) -> int:
         # two runs cancels out. Labels repeat in `cases`; the figures are per label.
         shape = "independent" if "independent" in dags else next(iter(dags))
         log = str(work / "pmc-log.json")
-        obs, base = f"{shape}/local+json+metrics", f"{shape}/local"
+        name, tree = trees[-1]
+        obs, base = f"{name}{shape}/local+json+metrics", f"{name}{shape}/local"
         observed = (obs, shape, "local", ["--log-format", "json", "--log-file", log,
-                                          "--metrics-port", "0"])
+                                          "--metrics-port", "0"], tree)
         plain = next(i for i, case in enumerate(cases) if case[0] == base)
         cases[plain + 1:plain + 1] = [observed, observed, cases[plain]]
 
     print(f"machine: {machine()}")
     print(f"floor: {floor.kind} posix_spawn loop of {args.program}, "
           f"concurrency {args.slots}")
+    print("checkouts: " + ", ".join(f"{name}{tree}" for name, tree in trees))
     ratios: dict[str, list[float]] = {label: [] for label, *_ in cases}
     rates: dict[str, list[float]] = {label: [] for label, *_ in cases}
     cpus: dict[str, list[float]] = {label: [] for label, *_ in cases}  # µs per task
@@ -127,10 +141,10 @@ def main(argv: list[str] | None = None) -> int:
 
     for rnd in range(1, args.rounds + 1):
         f_before = run_floor()
-        for label, shape, mode, extra in cases:
+        for label, shape, mode, extra, tree in cases:
             path, n = dags[shape]
             try:
-                r: PmcRun = run_pmc(path, mode, args.slots, extra)
+                r: PmcRun = run_pmc(path, mode, args.slots, extra, tree=tree)
             except RuntimeError as e:
                 print(f"  {label}: {e}", file=sys.stderr)
                 return 1
@@ -140,10 +154,11 @@ def main(argv: list[str] | None = None) -> int:
             # The floor runs before and after each case, and the case is compared with
             # their mean: the machine's speed drifts from one minute to the next.
             f_after = run_floor()
-            ratio = r.rate / ((f_before + f_after) / 2)
+            f_mean = (f_before + f_after) / 2
             f_before = f_after
+            ratio = r.rate / f_mean
             ratios[label].append(ratio)
-            e2e[label].append(n / r.wall / ((f_before + f_after) / 2))
+            e2e[label].append(n / r.wall / f_mean)
             rates[label].append(r.rate)
             cpus[label].append(r.cpu / n * 1e6)
             cpu_ratios[label].append((floor_cpus[-1] + floor_cpus[-2]) / 2 / cpus[label][-1])
