@@ -27,10 +27,9 @@ that group (Hydra ending the job) kills the parent, and with it the rank.
 Cost: one fork at start, with what exists then frozen out of the collector first (else
 the rank's first collections write to every object, and the fork's shared pages are
 copied: 0.03 to 0.05 s of cpu per rank, measured). The parent stays as forked (its name
-``pmc-keeper``): its pages are the rank's until the rank writes to them, so that the two
-together take what the rank alone and a fresh small interpreter took (PSS 8.2 + 24.5 MB
-against 4.5 + 28.5 MB, a worker rank of a drop-in run), without that interpreter's
-start (~0.09 s of cpu per rank here, beside the rank's own start).
+``pmc-keeper``), with nothing to start: its pages are the rank's until the rank writes to
+them, so that the two together take what the rank and a fresh small interpreter as its
+keeper took (PSS 8.2 + 24.5 MB against 4.5 + 28.5 MB, a worker rank of a drop-in run).
 """
 
 from __future__ import annotations
