@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pmc.core.chains import PREFETCH_DEPTH, Chains
+from pmc.core.chains import COVER, FIRST_DEPTH, PREFETCH_DEPTH, Chains, depth_for
 from pmc.core.resources import Resources, Worker
 
 
@@ -25,6 +25,7 @@ def test_a_started_task_is_a_chain_of_its_own() -> None:
 def test_queued_tasks_follow_the_chain_up_to_its_depth() -> None:
     (w,) = workers(1)
     c = Chains()
+    c.limit = PREFETCH_DEPTH
     c.start(1, w, (0, 1))
     tail = 1
     for task in range(2, 2 + PREFETCH_DEPTH):
@@ -166,6 +167,7 @@ def test_nothing_waits_behind_a_task_bound_to_cpus() -> None:
 def test_a_chain_cut_by_returned_tasks_has_room_again() -> None:
     (w,) = workers(1)
     c = Chains()
+    c.limit = PREFETCH_DEPTH
     c.start(1, w, None, (1, 0))
     last = 1 + PREFETCH_DEPTH
     for task in range(2, last + 1):
@@ -177,3 +179,25 @@ def test_a_chain_cut_by_returned_tasks_has_room_again() -> None:
     assert c.open_tail(1, 0) == 1
     c.drop_worker(w.rank)
     assert c.open_tail(1, 0) == -1, "the worker and its chains are gone"
+
+
+def test_the_depth_follows_the_tasks_durations() -> None:
+    assert Chains().limit == FIRST_DEPTH, "before any task has ended"
+    assert depth_for(0.0) == depth_for(0.0005) == PREFETCH_DEPTH, "/bin/true: the most"
+    assert depth_for(COVER / 4) == 4, "as many as hold COVER seconds of work"
+    assert depth_for(COVER) == depth_for(60.0) == 1, "long tasks: one queued each"
+
+
+def test_a_lower_depth_stops_deeper_chains_only() -> None:
+    (w,) = workers(1)
+    c = Chains()
+    c.limit = 3
+    c.start(1, w, None, (1, 0))
+    c.queue(2, 1, (1, 0))
+    c.queue(3, 2, (1, 0))
+    assert c.open_tail(1, 0) == 3
+    c.limit = 2
+    assert c.open_tail(1, 0) == -1, "2 queued already: full at the new depth"
+    assert c.open_tails() == []
+    c.limit = 3
+    assert c.open_tail(1, 0) == 3, "room again as the depth grows back"

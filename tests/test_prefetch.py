@@ -516,3 +516,41 @@ def test_a_lost_workers_multi_host_task_gives_every_host_back_to_observers(
     lost = next(i for i, e in enumerate(seen.events) if e[0] == "lost")
     b = [e[2] for e in seen.events[:lost] if e[:2] == ("host", "b")]
     assert b[-2:] == [64 - 8, 64], "host b's cpus taken by the task, then given back"
+
+
+class SecondTasks(SimWorkers):
+    """Tasks whose results say they took a second each; records when a task was sent to
+    wait behind a queued one (two deep), and when the first results went out."""
+
+    def __init__(self, workers: int) -> None:
+        super().__init__(workers, {})
+        self.deep: list[int] = []  # steps
+        self.first_results = -1
+
+    def send(self, dest: int, msg: protocol.Message) -> None:
+        if msg[0] == protocol.TASKS:
+            queued = {s.id for s in self.queued[dest].values()}
+            for spec in msg[1]:
+                if spec.after in queued:
+                    self.deep.append(self.step)
+                if spec.after >= 0:
+                    queued.add(spec.id)
+        super().send(dest, msg)
+
+    def end(self, rank: int, spec: TaskSpec, status: int = 0) -> None:
+        super().end(rank, spec, status)
+        self.held[rank][-1] = self.held[rank][-1]._replace(duration=1.0)
+
+    def flush(self, rank: int) -> None:
+        if self.held[rank] and self.first_results < 0:
+            self.first_results = self.step
+        super().flush(rank)
+
+
+def test_long_tasks_queue_one_behind_each_running_one(tmp_path: Path) -> None:
+    sim = SecondTasks(2)
+    master, _watch, summary = run_sim(tmp_path, tasks(40), sim)
+    assert summary.ok and summary.succeeded == 40
+    assert master.chains.limit == 1
+    assert sim.deep, "two deep at first, before any task's length was known"
+    assert max(sim.deep) <= sim.first_results, "one deep once results told"

@@ -4,7 +4,15 @@ Prefetching sends a worker a task to start in the place of one of its running ta
 moment that one ends, so the slot does not wait for a round trip to the master. Such a
 task takes the slot and the resources over from the task it follows; until that one's
 result arrives it is "queued", unseen by the observers. The tasks of one slot form a
-chain: the running task, then up to ``PREFETCH_DEPTH`` queued ones, each behind the last.
+chain: the running task, then up to ``limit`` queued ones, each behind the last.
+
+How deep: enough queued tasks to hold ``COVER`` seconds of work at the tasks' mean
+duration (``depth_for``; the master tells ``limit`` as results come), one at least and
+``PREFETCH_DEPTH`` at most. Short tasks get deep queues, so that their results and the
+next tasks travel many to a message (10,000 /bin/true drop-in: 0.70 of the spawn floor
+with 2, 0.80 with 6, 0.85 with 16); long ones one queued task each, as more would only
+keep tasks from slots that free up sooner, and from higher priorities that become ready
+meanwhile. ``FIRST_DEPTH`` until a duration is known.
 
 A task may wait only behind one that asks for at least its cpus, memory and GPUs (it
 takes over the first of that task's GPU ids), and not behind a task bound to cpus
@@ -20,17 +28,23 @@ to do and does it (sends, releases slots, readies tasks again).
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Iterable
 
 from pmc.core.resources import Worker
 
-# Tasks queued behind each running one: room for results to travel together. With 6
-# (and the workers' RESULT_HOLD), 10,000 /bin/true through `mpiexec -n 3
-# pegasus-mpi-cluster` ran at 0.82 of the spawn floor against 0.70 with 2: a sixth of
-# the messages each way (benchmarks/RESULTS.md). A slot idle while tasks wait elsewhere
-# takes them back (the master's recall), so the depth does not keep a slot waiting.
-PREFETCH_DEPTH = 6
+PREFETCH_DEPTH = 16  # the most tasks queued behind a running one
+FIRST_DEPTH = 2  # before the first result tells how long tasks take
+COVER = 0.010  # seconds of work a slot's queue holds
+
+
+def depth_for(mean_duration: float) -> int:
+    """Tasks to queue behind each running one when tasks take ``mean_duration`` seconds
+    (see the module docstring)."""
+    if mean_duration * PREFETCH_DEPTH <= COVER:
+        return PREFETCH_DEPTH
+    return max(1, math.ceil(COVER / mean_duration))
 
 Affinity = tuple[int, ...] | None
 Kind = tuple[int, ...]  # what a task asks for: (cpus, memory MB[, gpus, ...])
@@ -62,21 +76,23 @@ class Chains:
         # those no longer true are dropped when they come first.
         self._open: list[dict[Kind, deque[tuple[int, int]]]] = [
             {} for _ in range(PREFETCH_DEPTH)]
+        self.limit = FIRST_DEPTH  # queued tasks a chain may hold now (depth_for)
         self._order = 0
 
     # -- queries -----------------------------------------------------------------
 
     def open_tails(self) -> list[tuple[int, int]]:
         """(last task, depth) of each chain with room for one more queued task."""
-        return [(tail, depth) for tail, depth in self._tails.items()
-                if depth < PREFETCH_DEPTH]
+        limit = self.limit
+        return [(tail, depth) for tail, depth in self._tails.items() if depth < limit]
 
     def open_tail(self, cpus: int, memory: int, gpus: int = 0) -> int:
         """The last task of the chain that takes the next task asking for ``cpus``,
         ``memory`` and ``gpus`` (see the module docstring), or -1 if none may."""
         tails = self._tails
         kinds = self._kind
-        for depth, by_kind in enumerate(self._open):
+        for depth in range(self.limit):
+            by_kind = self._open[depth]
             best = -1
             best_order = -1
             for kind, entries in by_kind.items():

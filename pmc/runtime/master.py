@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 from pmc import log
 from pmc.core import protocol
-from pmc.core.chains import Chains
+from pmc.core.chains import Chains, depth_for
 from pmc.core.engine import Engine, Outcome
 from pmc.core.events import Observer, RunInfo, Summary
 from pmc.core.protocol import TaskResult
@@ -56,6 +56,7 @@ class Master(Losses):
         self.next_seq = 1
         self.chains = Chains()
         self.prefetch = opts.prefetching  # tasks queued behind running ones (Chains)
+        self.mean_duration = -1.0  # of the tries ended, moving (-1: none yet): chains' depth
         self.queued_seen = 0  # how many tasks were queued as the observers last heard
         self.rescue: RescueLog | None = None
         # (sync ticket, results) whose DONE records are written but not yet durable
@@ -321,9 +322,11 @@ class Master(Losses):
         starts = starts or []
         start_of = dict(starts)
         good: Finished = []
+        mean = self.mean_duration
         for res in results:
             if res.id not in running:
                 continue  # a result from a worker already given up on
+            mean = res.duration if mean < 0 else mean + (res.duration - mean) / 16
             if res.id in unstarted:
                 self.note_started(res.id, start_of.get(res.id, res.start))
             worker, affinity = chains.end(res.id)
@@ -348,6 +351,9 @@ class Master(Losses):
         for tid, start in starts:  # tasks started that are still running
             if tid in unstarted and tid in running:
                 self.note_started(tid, start)
+        if mean != self.mean_duration:
+            self.mean_duration = mean
+            chains.limit = depth_for(mean)
         if good:
             # Group commit: the records are written now and made durable by a thread;
             # these tasks count as done, and their children become ready, once the

@@ -39,10 +39,10 @@ from pmc.transport import Transport, TransportError, look_interval
 
 # While every running task has its successor queued, results wait up to this long to
 # travel together: fewer messages for both ends, and the slots are not waiting (a slot
-# holds up to PREFETCH_DEPTH tasks: several ms of short ones). Where the master's socket
-# can be waited on only (see Worker.__init__). The master hears of an end or a start up
-# to this much later; the records' times are the worker's own.
-RESULT_HOLD = 0.010
+# holds ~10 ms of short tasks: pmc.core.chains). Where the master's socket can be
+# waited on only (see Worker.__init__). The master hears of an end or a start up to this
+# much later; the records' times are the worker's own.
+RESULT_HOLD = 0.020
 SATED_LOOK = 0.01  # polling transports: look this often while no slot needs a task
 # The most of a failure's traceback sent to the master (its end: the exception).
 FAILURE_BYTES = 8192

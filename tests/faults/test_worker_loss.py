@@ -93,7 +93,7 @@ def test_mpi_lost_worker_rank_ends_the_run(tmp_path: Path, marker: str) -> None:
     try:
         wait_for(lambda: sum(n.startswith("b") for n in lines(tmp_path / "ran.log")) >= 2,
                  60, "two blocking tasks running")
-        # Their results travel in batches (a worker holds them up to 10 ms while its slot
+        # Their results travel in batches (a worker holds them up to 20 ms while its slot
         # has work): recorded a moment after the blocking tasks started.
         wait_for(lambda: len(rescue_done(tmp_path / "w.dag.rescue")) == 4, 60,
                  "the quick tasks recorded")
