@@ -168,6 +168,10 @@ class Master(Losses):
             self.complete_synced()
             if self.stop_reason is None:
                 self.dispatch()
+            # Observers write what they hold once the step is whole: results taken,
+            # slots and queues refilled (a status snapshot between the two would show
+            # the queues emptier than they are for the whole wait that follows).
+            self.out.flush()
             if not chains.running:
                 if chains.queued:
                     # Never with a worker that keeps the protocol: nothing is left to
@@ -248,14 +252,11 @@ class Master(Losses):
         if self.prefetch and chains.queued and not self.engine.accepting():
             # The failure limit stops the run: what waits on workers goes back.
             self.recall(list(chains.queued))
-        if len(chains.queued) != self.queued_seen:
-            self.queued_seen = len(chains.queued)
-            self.out.queue_changed(self.queued_seen)
+        self.tell_queued()
         now_left = self.remaining()
         if self.stop_reason is None and now_left is not None and now_left <= 0:
             log.fatal("Workflow wall time exceeded!")
             self.stop(f"maximum wall time of {self.opts.max_wall_time:g} minutes reached")
-        self.out.flush()
 
     def mark_ready(self, task_id: int) -> None:
         # A new sequence number each time a task is queued, a retry too (2.0, then 3.0),
@@ -279,6 +280,15 @@ class Master(Losses):
             self.recall(tid for tid in chains.queued if self.placer.fits_now(tid))
         for rank, specs in batches.items():
             self.send(rank, (protocol.TASKS, specs))
+        self.tell_queued()
+
+    def tell_queued(self) -> None:
+        """Observers hear how many tasks wait on workers as it changes: after results
+        (promoted ones start), and after a dispatch refilled the queues, before the wait
+        for the next message (else they would see the count of before the refill)."""
+        if len(self.chains.queued) != self.queued_seen:
+            self.queued_seen = len(self.chains.queued)
+            self.out.queue_changed(self.queued_seen)
 
     def recall(self, task_ids: Iterable[int]) -> None:
         """Ask workers to give queued tasks back (those not started meanwhile)."""
