@@ -168,9 +168,11 @@ class Master(Losses):
             self.complete_synced()
             if self.stop_reason is None:
                 self.dispatch()
-            # Observers write what they hold once the step is whole: results taken,
-            # slots and queues refilled (a status snapshot between the two would show
-            # the queues emptier than they are for the whole wait that follows).
+            # Observers hear the queues and write what they hold once the step is
+            # whole: results taken, slots and queues refilled (a status snapshot between
+            # the two would show the queues emptier than they are for the whole wait
+            # that follows).
+            self.tell_queued()
             self.out.flush()
             if not chains.running:
                 if chains.queued:
@@ -252,7 +254,6 @@ class Master(Losses):
         if self.prefetch and chains.queued and not self.engine.accepting():
             # The failure limit stops the run: what waits on workers goes back.
             self.recall(list(chains.queued))
-        self.tell_queued()
         now_left = self.remaining()
         if self.stop_reason is None and now_left is not None and now_left <= 0:
             log.fatal("Workflow wall time exceeded!")
@@ -280,12 +281,9 @@ class Master(Losses):
             self.recall(tid for tid in chains.queued if self.placer.fits_now(tid))
         for rank, specs in batches.items():
             self.send(rank, (protocol.TASKS, specs))
-        self.tell_queued()
 
     def tell_queued(self) -> None:
-        """Observers hear how many tasks wait on workers as it changes: after results
-        (promoted ones start), and after a dispatch refilled the queues, before the wait
-        for the next message (else they would see the count of before the refill)."""
+        """Observers hear how many tasks wait on workers, when it changed."""
         if len(self.chains.queued) != self.queued_seen:
             self.queued_seen = len(self.chains.queued)
             self.out.queue_changed(self.queued_seen)
