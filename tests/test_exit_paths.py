@@ -108,6 +108,37 @@ def test_unwritable_paths_stop_the_run_before_any_task(option: list[str], messag
     assert set(os.listdir(tmp_path)) == before, "nothing written, no task run"
 
 
+def processes_with(marker: str) -> list[int]:
+    """The processes whose environment holds ``marker``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if marker.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.parametrize(("dag_text", "option", "code", "message"), [
+    ("TASK a /bin/true\nEDGE a b\n", [], 2, "w.dag:2: EDGE names unknown task 'b'"),
+    ("TASK a /bin/true\n", ["-o", "/nonexistent/x"], 1, "Unable to open stdout file"),
+])
+def test_workers_started_for_a_run_that_cannot_start_are_gone_when_it_returns(
+        dag_text: str, option: list[str], code: int, message: str, tmp_path: Path) -> None:
+    # The embedded workers start before the DAG is read (their start-up overlaps the
+    # master's): a run that stops before its hand-shake tells them so, and waits for them.
+    dag = write_dag(tmp_path / "w.dag", dag_text)
+    marker = f"PMC_TEST_MARK={os.getpid()}.{time.monotonic_ns()}"
+    r = pmc(["run", "--workers", "2", *option, dag.name], tmp_path,
+            env=clean_env(**dict([marker.split("=")])))
+    assert r.returncode == code, r.stderr
+    assert message in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert processes_with(marker) == []
+    assert not [p for p in os.listdir(tmp_path) if p != "w.dag"]
+
+
 def test_unwritable_paths_stop_an_mpi_run_too(tmp_path: Path) -> None:
     from pmctest import pmc_mpi
 

@@ -1,7 +1,7 @@
 """What a run imports: every MPI rank runs the command line, so ``pmc run`` and
 ``pegasus-mpi-cluster`` leave out what the command in hand does not use (the batch
 wing's site profiles and schema validation, structlog in text mode, the master's side on
-a worker rank), while ``pmc --help`` and JSON logs work as before."""
+a worker rank, the DAG reader on a worker), while ``pmc --help`` and JSON logs work as before."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pmctest import DIAMOND, MPIEXEC, clean_env, pmc, write_dag
 # Runs the command line as ``python -m pmc`` does, then says which of these it imported.
 PROBE = """
 import atexit, os, sys
-WATCH = ("pmc.adapters", "jsonschema", "structlog", "pmc.runtime.master")
+WATCH = ("pmc.adapters", "jsonschema", "structlog", "pmc.runtime.master", "pmc.dag.reader")
 def said():
     rank = os.environ.get("PMI_RANK", "-")
     got = sorted(m for m in WATCH if m in sys.modules)
@@ -41,7 +41,7 @@ def test_pmc_run_in_text_mode_imports_neither_batch_wing_nor_structlog(tmp_path:
     r = probe(["pmc", "run", "--workers", "2", dag.name], tmp_path)
     assert r.returncode == 0, r.stderr
     assert "[info] Workflow succeeded" in r.stderr
-    assert r.stdout.splitlines()[-1] == "rank - imported pmc.runtime.master"
+    assert r.stdout.splitlines()[-1] == "rank - imported pmc.dag.reader,pmc.runtime.master"
     assert len(list(tmp_path.glob("d.dag.rescue"))) == 1
 
 
@@ -54,8 +54,9 @@ def test_worker_ranks_import_no_master_side(tmp_path: Path) -> None:
     r = probe(["pegasus", "-s", dag.name], tmp_path, mpi=3)
     assert r.returncode == 0, r.stderr
     said = sorted(line for line in r.stdout.splitlines() if line.startswith("rank "))
-    assert said == ["rank 0 imported pmc.runtime.master", "rank 1 imported none",
-                    "rank 2 imported none"]
+    # Nor the DAG reader: a worker splits commands (pmc.dag.words), it reads no DAG.
+    assert said == ["rank 0 imported pmc.dag.reader,pmc.runtime.master",
+                    "rank 1 imported none", "rank 2 imported none"]
 
 
 def test_json_logs_still_written(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pmc import log, logsetup
 from pmc.errors import ExitCode, FatalError, Interrupted
@@ -76,23 +76,7 @@ def _run_mpi(opts: RunOptions, observers: list[Observer]) -> int:
     if transport.size < 2:
         log.fatal("At least one worker process is required")
         return ExitCode.FAILED
-    handed: list[bool] = []
-
-    def hand_over() -> Transport:
-        handed.append(True)
-        return transport
-
-    code = _run_master(opts, observers, hand_over, "mpi")
-    if not handed:
-        # Stopped before the master ran (bad DAG, DAG locked by another run, unreadable
-        # rescue log): the workers are waiting for their configuration, and would wait for
-        # ever. Tell them there is no run.
-        from pmc.core.protocol import SHUTDOWN
-
-        for rank in range(1, transport.size):
-            transport.send(rank, (SHUTDOWN,))
-        transport.close()
-    return _leave_mpi(code)
+    return _leave_mpi(_run_started(opts, observers, transport, "mpi"))
 
 
 def _leave_mpi(code: int) -> int:
@@ -113,12 +97,45 @@ def _leave_mpi(code: int) -> int:
 def _run_local(opts: RunOptions, observers: list[Observer]) -> int:
     from pmc.transport.local import LocalMaster
 
-    workers = opts.workers or os.cpu_count() or 1
-    return _run_master(opts, observers, lambda: LocalMaster(workers), "local")
+    # The workers start first: their interpreters and imports (~0.1 s of wall before
+    # the first task) overlap the master's own and the reading of the DAG, as MPI's
+    # ranks do. Until the master hands them their configuration they only wait.
+    try:
+        transport = LocalMaster(opts.workers or os.cpu_count() or 1)
+    except OSError as e:
+        log.fatal(f"Cannot start the workers: {e}")
+        return ExitCode.FAILED
+    return _run_started(opts, observers, transport, "local")
 
 
-def _run_master(opts: RunOptions, observers: list[Observer], make_transport: Any,
-                mode: str) -> int:
+def _run_started(opts: RunOptions, observers: list[Observer], transport: Transport,
+                 mode: str) -> int:
+    """The run on workers already started (waiting for their configuration)."""
+    handed: list[bool] = []
+
+    def hand_over() -> Transport:
+        handed.append(True)
+        return transport
+
+    code = _run_master(opts, observers, hand_over, mode)
+    if not handed:
+        # Stopped before the master ran (bad DAG, DAG locked by another run, unreadable
+        # rescue log): the workers are waiting for their configuration, and would wait for
+        # ever. Tell them there is no run.
+        from pmc.core.protocol import SHUTDOWN
+        from pmc.transport import TransportError
+
+        for rank in range(1, transport.size):
+            try:
+                transport.send(rank, (SHUTDOWN,))
+            except TransportError:
+                pass  # gone already: nothing to tell it
+        transport.close()
+    return code
+
+
+def _run_master(opts: RunOptions, observers: list[Observer],
+                make_transport: Callable[[], Transport], mode: str) -> int:
     from pmc.core.events import Fanout
     from pmc.core.rescue import RescueError, read_rescue
     from pmc.dag import DagError, parse_dag

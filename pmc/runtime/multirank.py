@@ -7,27 +7,34 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import tempfile
 from collections.abc import Mapping
 
 from pmc.core.protocol import TaskSpec
-from pmc.runtime import ranklaunch
+
+# What only multi-rank tasks need (the launch template's module, tempfile, shutil) is
+# imported at the first such task: every worker makes a RankLauncher as it starts.
 
 
 class RankLauncher:
     """Turns a multi-rank task's argv and environment into the launcher's."""
 
     def __init__(self, template: str | None, env: Mapping[str, str]) -> None:
-        # The run's --task-launcher, else the default where this worker runs (srun inside
-        # a Slurm allocation, else mpiexec).
-        self.template = template or ranklaunch.default_template(env)
+        # The run's --task-launcher, else (at the first task) the default where this
+        # worker runs: srun inside a Slurm allocation, else mpiexec.
+        self.template = template
+        self.env = env
         self.dir: str | None = None  # made for the first such task, removed by close
 
     def prepare(self, spec: TaskSpec, argv: list[str], env: dict[str, str]
                 ) -> tuple[list[str], dict[str, str], str]:
         """The argv and environment to spawn, and the node file written for them."""
+        import tempfile
+
+        from pmc.runtime import ranklaunch
+
         assert spec.hosts is not None
+        if self.template is None:
+            self.template = ranklaunch.default_template(self.env)
         if self.dir is None:
             self.dir = tempfile.mkdtemp(prefix="pmc-ranks-")
         nodefile = os.path.join(self.dir, f"task{spec.id}.{spec.attempt}.nodes")
@@ -45,5 +52,7 @@ class RankLauncher:
 
     def close(self) -> None:
         if self.dir is not None:
+            import shutil
+
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import stat
-import tempfile
 from collections.abc import Callable
 from typing import Any
 
@@ -136,6 +135,8 @@ class Pipes:
     def spill(self, pipe: Pipe) -> None:
         """Move a pipe's data from memory to an unlinked temporary file ($TMPDIR), where
         the rest of it goes too."""
+        import tempfile  # here: few runs ever spill, and every worker imports this module
+
         try:
             f = tempfile.TemporaryFile(prefix="pmc-forward-")  # noqa: SIM115 - kept open
         except OSError as e:

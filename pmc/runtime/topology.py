@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
+from os.path import join
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class Gpu:
+# Plain strings for paths, a NamedTuple for the record: every worker imports this module
+# as it starts, and pathlib and dataclasses would add ~10 ms of imports to each.
+class Gpu(NamedTuple):
     id: str            # the id as the job sees it ("2" when the job was given 2,3)
     numa: int | None   # NUMA node of the device from sysfs, None if unknown
 
@@ -32,21 +32,22 @@ _BUS_ID = re.compile(r"^([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([
 _NVIDIA_SMI_TIMEOUT = 10.0
 
 
-def _read(path: Path) -> str | None:
+def _read(*path: str) -> str | None:
     try:
-        return path.read_text(errors="replace")
+        with open(join(*path), errors="replace") as f:
+            return f.read()
     except (OSError, ValueError):
         return None
 
 
-def _pci_numa(root: Path, bus_id: str) -> int | None:
+def _pci_numa(root: str, bus_id: str) -> int | None:
     """The NUMA node sysfs gives the PCI device (None: unknown, or -1: no affinity)."""
     m = _BUS_ID.match(bus_id.strip())
     if m is None:
         return None
     domain, bus, dev, fn = m.groups()
     name = f"{int(domain, 16):04x}:{bus.lower()}:{dev.lower()}.{fn}"
-    text = _read(root / "sys/bus/pci/devices" / name / "numa_node")
+    text = _read(root, "sys/bus/pci/devices", name, "numa_node")
     try:
         node = int(text.strip()) if text is not None else -1
     except ValueError:
@@ -76,8 +77,8 @@ def job_set(env: Mapping[str, str]) -> tuple[str, list[str]] | None:
     return None
 
 
-def _nvidia_proc(root: Path) -> list[Gpu] | None:
-    base = root / "proc/driver/nvidia/gpus"
+def _nvidia_proc(root: str) -> list[Gpu] | None:
+    base = join(root, "proc/driver/nvidia/gpus")
     try:
         names = sorted(n for n in os.listdir(base) if _BUS_ID.match(n))
     except OSError:
@@ -91,6 +92,8 @@ def _nvidia_proc(root: Path) -> list[Gpu] | None:
 
 
 def _nvidia_smi(env: Mapping[str, str]) -> list[Gpu] | None:
+    import shutil
+
     exe = shutil.which("nvidia-smi", path=env.get("PATH", os.defpath))
     if exe is None:
         return None
@@ -108,7 +111,7 @@ def _nvidia_smi(env: Mapping[str, str]) -> list[Gpu] | None:
         fields = [f.strip() for f in line.split(",")]
         if len(fields) != 2 or not fields[0].isdigit():
             continue
-        gpus.append(Gpu(fields[0], _pci_numa(Path("/"), _short_bus_id(fields[1]))))
+        gpus.append(Gpu(fields[0], _pci_numa("/", _short_bus_id(fields[1]))))
     return gpus or None
 
 
@@ -133,20 +136,20 @@ def _properties(text: str) -> dict[str, int]:
     return out
 
 
-def _amd_kfd(root: Path) -> list[Gpu] | None:
-    base = root / "sys/class/kfd/kfd/topology/nodes"
+def _amd_kfd(root: str) -> list[Gpu] | None:
+    base = join(root, "sys/class/kfd/kfd/topology/nodes")
     try:
         nodes = sorted((n for n in os.listdir(base) if n.isdigit()), key=int)
     except OSError:
         return None
     gpus: list[Gpu] = []
     for node in nodes:
-        text = _read(base / node / "properties")
+        text = _read(base, node, "properties")
         props = _properties(text) if text is not None else {}
         # CPU nodes have no SIMD units; a GPU node has a non-zero gpu_id.
         if props.get("simd_count", 0) <= 0:
             continue
-        gpu_id = _read(base / node / "gpu_id")
+        gpu_id = _read(base, node, "gpu_id")
         if gpu_id is not None and gpu_id.strip() == "0":
             continue
         numa = None
@@ -163,13 +166,12 @@ def _amd_kfd(root: Path) -> list[Gpu] | None:
 def probe_gpus(env: Mapping[str, str] = os.environ,
                root: str = "/") -> tuple[list[Gpu], str]:
     """Every GPU the host's drivers show, and which driver ("nvidia", "amd", "none")."""
-    top = Path(root)
-    nvidia = _nvidia_proc(top)
+    nvidia = _nvidia_proc(root)
     if nvidia is None and os.path.realpath(root) == "/":
         nvidia = _nvidia_smi(env)  # a fake tree has no nvidia-smi of its own
     if nvidia:
         return nvidia, "nvidia"
-    amd = _amd_kfd(top)
+    amd = _amd_kfd(root)
     if amd:
         return amd, "amd"
     return [], "none"
@@ -257,7 +259,7 @@ def _cpulist(text: str) -> list[int] | None:
 def cpu_numa_nodes(root: str = "/") -> dict[int, int]:
     """cpu id -> NUMA node from <root>/sys/devices/system/node/node*/cpulist (empty if
     unknown), limited to the cpus this process may use."""
-    base = Path(root) / "sys/devices/system/node"
+    base = join(root, "sys/devices/system/node")
     try:
         names = [n for n in os.listdir(base) if re.fullmatch(r"node\d+", n)]
     except OSError:
@@ -265,7 +267,7 @@ def cpu_numa_nodes(root: str = "/") -> dict[int, int]:
     allowed = os.sched_getaffinity(0)
     out: dict[int, int] = {}
     for name in names:
-        text = _read(base / name / "cpulist")
+        text = _read(base, name, "cpulist")
         cpus = _cpulist(text) if text is not None else None
         if cpus is None:
             return {}  # one node unreadable: the map would be wrong, so it is unknown
