@@ -36,6 +36,19 @@ def write_independent(path: Path, n: int, command: str = "/bin/true") -> int:
     return n
 
 
+def scaled_layers(layers: Sequence[int], total: int) -> list[int]:
+    """The same shape with about ``total`` tasks: the narrow layers (at most 2 wide, the
+    head and tail of the NCSA workflow) as they are, the wide ones scaled alike."""
+    narrow = sum(w for w in layers if w <= 2)
+    wide = sum(w for w in layers if w > 2)
+    if not wide or total <= narrow:
+        return list(layers)
+    out = [w if w <= 2 else max(3, round(w * (total - narrow) / wide)) for w in layers]
+    widest = out.index(max(out))
+    out[widest] += total - sum(out)  # the rounding, on the widest layer
+    return out
+
+
 def write_layered(path: Path, layers: Sequence[int] = NCSA_LAYERS,
                   command: str = "/bin/true", seed: int = 1) -> tuple[int, int]:
     """Layer k's tasks each depend on 1-2 tasks of layer k-1 (all of it when the layer is

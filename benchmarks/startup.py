@@ -6,7 +6,9 @@
 A one-task DAG (``/bin/true``) run as users start it: ``mpiexec -n W+1
 pegasus-mpi-cluster -s -o /dev/null -e /dev/null`` ("dropin", no binding flags),
 ``mpiexec -n W+1 python -m pmc run --mpi`` ("mpi") and ``python -m pmc run --local
---workers W`` ("local"). What such a run costs is what every run pays besides its
+--workers W`` ("local"); and, as the bound of the MPI modes, ``mpiexec -n W+1 python -c
+"from mpi4py import MPI"`` ("mpi4py": the interpreters, ``MPI_Init`` and
+``MPI_Finalize``, no pmc). What such a run costs is what every run pays besides its
 tasks: interpreters, imports, ``MPI_Init``, the hand-shake and the way out. Each round
 runs every tree and mode once, by turns, so that the machine's drift falls on all
 alike; reported per mode and tree: the median (and range) of the cpu seconds of every
@@ -40,6 +42,8 @@ def one(tree: Path, mode: str, dag: Path, workers: int) -> tuple[float, float]:
     if mode == "dropin":
         cmd = [mpiexec(), "-n", str(workers + 1), str(Path(PYTHON).parent / "pegasus-mpi-cluster"),
                "-s", "-o", os.devnull, "-e", os.devnull, str(dag)]
+    elif mode == "mpi4py":  # no pmc: what any Python MPI program pays here
+        cmd = [mpiexec(), "-n", str(workers + 1), PYTHON, "-c", "from mpi4py import MPI"]
     elif mode == "mpi":
         cmd = [mpiexec(), "-n", str(workers + 1), PYTHON, "-m", "pmc", "run", "--mpi", "-q",
                "-s", "-o", os.devnull, str(dag)]
@@ -59,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--trees", default=f"pmc={Path(__file__).resolve().parent.parent}",
                    help="NAME=CHECKOUT,... (default: this checkout)")
-    p.add_argument("--modes", default="dropin,mpi,local")
+    p.add_argument("--modes", default="dropin,mpi,local,mpi4py")
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--keep", metavar="DIR", help="work in DIR and keep the files")

@@ -1,6 +1,7 @@
 """Throughput: pmc against the spawn floor, same concurrency, same machine, same run.
 
-    python benchmarks/throughput.py                 # 20,000 /bin/true + the NCSA DAG,
+    python benchmarks/throughput.py                 # 20,000 /bin/true, the NCSA DAG
+                                                    # and its shape with 20,000 tasks,
                                                     # embedded and MPI (host sockets,
                                                     # bound to cpus, all through MPI),
                                                     # 3 rounds
@@ -40,6 +41,7 @@ from _common import (
     machine,
     median,
     run_pmc,
+    scaled_layers,
     workdir,
     write_independent,
     write_layered,
@@ -48,7 +50,8 @@ from _common import (
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--tasks", type=int, default=20000, help="independent tasks")
+    p.add_argument("--tasks", type=int, default=20000,
+                   help="tasks of the independent and layered-scaled DAGs")
     p.add_argument("--slots", type=int, default=2, help="concurrent task slots (workers)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--modes", default="local,mpi,mpi-bound,mpi-nosock",
@@ -58,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
                    "mpi-bound (the same, each worker and its tasks bound to one cpu by "
                    "MPICH's mpiexec, with --keep-affinity), mpi-nosock (every message "
                    "through MPI, as between hosts)")
-    p.add_argument("--shapes", default="independent,layered")
+    p.add_argument("--shapes", default="independent,layered,layered-scaled",
+                   help="independent (--tasks tasks), layered (the NCSA workflow's shape, "
+                   "--layers), layered-scaled (that shape with --tasks tasks)")
     p.add_argument("--no-observability", action="store_true",
                    help="skip the JSON log + metrics comparison")
     p.add_argument("--with-no-prefetch", action="store_true",
@@ -84,12 +89,14 @@ def main(argv: list[str] | None = None) -> int:
     if "independent" in shapes:
         path = work / "independent.dag"
         dags["independent"] = (path, write_independent(path, args.tasks, args.program))
-    if "layered" in shapes:
-        path = work / "layered.dag"
-        layers = [int(x) for x in args.layers.split(",")]
-        n, e = write_layered(path, layers, args.program)
-        dags["layered"] = (path, n)
-        print(f"layered DAG: {'+'.join(map(str, layers))} = {n} tasks, {e} edges")
+    layers = [int(x) for x in args.layers.split(",")]
+    for shape, widths in (("layered", layers),
+                          ("layered-scaled", scaled_layers(layers, args.tasks))):
+        if shape in shapes:
+            path = work / f"{shape}.dag"
+            n, e = write_layered(path, widths, args.program)
+            dags[shape] = (path, n)
+            print(f"{shape} DAG: {'+'.join(map(str, widths))} = {n} tasks, {e} edges")
     # (label, shape, mode, extra, checkout)
     cases: list[tuple[str, str, str, list[str], Path]] = []
     for shape in dags:

@@ -51,6 +51,8 @@ def test_throughput_smoke(tmp_path: Path) -> None:
     out = run("throughput.py", "--tasks", "40", "--rounds", "1", "--modes", modes,
               "--layers", "1,4,8,4,2,1", "--keep", str(tmp_path), tmp_path=tmp_path)
     assert "independent/local" in out and "layered/local" in out
+    assert "layered-scaled DAG: 1+9+18+9+2+1 = 40 tasks" in out  # --tasks 40
+    assert "layered-scaled/local" in out
     assert "local+json+metrics" in out and "floor" in out
     if "mpi" in modes:
         assert "independent/mpi-nosock" in out and "layered/mpi " in out
@@ -84,10 +86,10 @@ def test_firsttask_smoke(tmp_path: Path) -> None:
 
 
 def test_startup_smoke(tmp_path: Path) -> None:
-    mpi = "dropin," if shutil.which("mpiexec") else ""
+    mpi = "dropin,mpi4py," if shutil.which("mpiexec") else ""
     out = run("startup.py", "--rounds", "1", "--modes", f"{mpi}local", "--trees",
               f"a={BENCH.parent},b={BENCH.parent}", "--keep", str(tmp_path), tmp_path=tmp_path)
     assert "local a cpu" in out and "local b cpu" in out
     if mpi:
-        assert "dropin b cpu" in out
+        assert "dropin b cpu" in out and "mpi4py a cpu" in out
     assert (tmp_path / "one.dag").read_text() == "TASK t1 /bin/true\n"
