@@ -371,3 +371,36 @@ def test_mpi_workers_on_another_host_keep_to_mpi(tmp_path: Path) -> None:
     assert {slot for slot, _ in hosts} == {1, 2}, hosts  # both ran tasks
     assert (2, "elsewhere") in hosts and all(h != "elsewhere" for s, h in hosts if s == 1)
     assert len(CLUSTER_TASK.findall(r.stdout)) == 40
+
+
+# A program that runs a workflow in-process, then says how it left the collector.
+GC_PROGRAM = """
+import gc, sys
+from pmc.commands.cli import main
+if sys.argv[1] == "off":
+    gc.disable()
+seen = []
+import pmc.runtime.master as master
+loop = master.Master.loop
+def loop_seeing(self):
+    seen.append(gc.isenabled())
+    return loop(self)
+master.Master.loop = loop_seeing
+code = main(["run", "--workers", "1", sys.argv[2]])
+print(code, seen, gc.isenabled())
+"""
+
+
+@pytest.mark.parametrize(("before", "dag_text", "said"), [
+    ("on", DIAMOND, "0 [True] True"),
+    ("off", DIAMOND, "0 [True] False"),
+    ("on", "TASK a /bin/true\nEDGE a nowhere\n", "2 [] True"),
+])
+def test_the_collector_runs_in_the_loop_and_is_left_as_found(before: str, dag_text: str,
+                                                             said: str, tmp_path: Path) -> None:
+    # Off from the parse to the loop (the DAG's objects are not walked by collections
+    # that would find nothing), on in the loop, and as it was once the run returns.
+    write_dag(tmp_path / "d.dag", dag_text)
+    r = subprocess.run([sys.executable, "-c", GC_PROGRAM, before, "d.dag"], cwd=tmp_path,
+                       env=clean_env(), capture_output=True, text=True, timeout=120)
+    assert r.stdout.splitlines()[-1] == said, r.stderr

@@ -76,7 +76,13 @@ def _run_mpi(opts: RunOptions, observers: list[Observer]) -> int:
     if transport.size < 2:
         log.fatal("At least one worker process is required")
         return ExitCode.FAILED
-    return _leave_mpi(_run_started(opts, observers, transport, "mpi"))
+    workers = Workers(lambda: transport)
+    workers.started()
+    try:
+        code = _run_master(opts, observers, workers, "mpi")
+    finally:
+        workers.release()
+    return _leave_mpi(code)
 
 
 def _leave_mpi(code: int) -> int:
@@ -95,47 +101,87 @@ def _leave_mpi(code: int) -> int:
 
 
 def _run_local(opts: RunOptions, observers: list[Observer]) -> int:
+    from pmc.dag.edgehelper import MIN_BYTES
     from pmc.transport.local import LocalMaster
 
-    # The workers start first: their interpreters and imports (~0.1 s of wall before
-    # the first task) overlap the master's own and the reading of the DAG, as MPI's
-    # ranks do. Until the master hands them their configuration they only wait.
+    n = opts.workers or os.cpu_count() or 1
+    workers = Workers(lambda: LocalMaster(n))
     try:
-        transport = LocalMaster(opts.workers or os.cpu_count() or 1)
-    except OSError as e:
-        log.fatal(f"Cannot start the workers: {e}")
+        # The workers' interpreters and imports (~0.1 s of wall before the first task)
+        # overlap the master's own and the reading of the DAG, as MPI's ranks do, when
+        # the master reads it alone. A file big enough for the edge helper keeps the
+        # other core busy: they start once it is read, beside the master's one-core work.
+        if _size(opts.dag) < MIN_BYTES:
+            workers.started()
+        return _run_master(opts, observers, workers, "local")
+    except FatalError as e:
+        log.fatal(str(e))
         return ExitCode.FAILED
-    return _run_started(opts, observers, transport, "local")
+    finally:
+        workers.release()
 
 
-def _run_started(opts: RunOptions, observers: list[Observer], transport: Transport,
-                 mode: str) -> int:
-    """The run on workers already started (waiting for their configuration)."""
-    handed: list[bool] = []
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0  # the reader says why it cannot read it
 
-    def hand_over() -> Transport:
-        handed.append(True)
-        return transport
 
-    code = _run_master(opts, observers, hand_over, mode)
-    if not handed:
-        # Stopped before the master ran (bad DAG, DAG locked by another run, unreadable
-        # rescue log): the workers are waiting for their configuration, and would wait for
-        # ever. Tell them there is no run.
+class Workers:
+    """The run's workers, until the master takes them over: under MPI there from the
+    start, embedded ones started when first asked for. Those started but never taken
+    over (the run stopped before it began: a bad DAG, the DAG locked by another run, an
+    unreadable rescue log) wait for their configuration, and would wait for ever:
+    ``release`` tells them there is no run."""
+
+    def __init__(self, start: Callable[[], Transport]) -> None:
+        self._start = start
+        self.transport: Transport | None = None
+        self.taken = False
+
+    def started(self) -> Transport:
+        if self.transport is None:
+            try:
+                self.transport = self._start()
+            except OSError as e:
+                raise FatalError(f"Cannot start the workers: {e}") from e
+        return self.transport
+
+    def take(self) -> Transport:
+        self.taken = True
+        return self.started()
+
+    def release(self) -> None:
+        t = self.transport
+        if t is None or self.taken:
+            return
         from pmc.core.protocol import SHUTDOWN
         from pmc.transport import TransportError
 
-        for rank in range(1, transport.size):
+        for rank in range(1, t.size):
             try:
-                transport.send(rank, (SHUTDOWN,))
+                t.send(rank, (SHUTDOWN,))
             except TransportError:
                 pass  # gone already: nothing to tell it
-        transport.close()
-    return code
+        t.close()
 
 
-def _run_master(opts: RunOptions, observers: list[Observer],
-                make_transport: Callable[[], Transport], mode: str) -> int:
+def _run_master(opts: RunOptions, observers: list[Observer], workers: Workers,
+                mode: str) -> int:
+    # The collector stays off from the parse until settle_heap: the young collections
+    # that the master's start-up allocations would set off walk every object of the DAG
+    # (a million tasks: 0.14 s each, before the first task).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _read_and_run(opts, observers, workers, mode)
+    finally:
+        (gc.enable if collecting else gc.disable)()
+
+
+def _read_and_run(opts: RunOptions, observers: list[Observer], workers: Workers,
+                  mode: str) -> int:
     from pmc.core.events import Fanout
     from pmc.core.rescue import RescueError, read_rescue
     from pmc.dag import DagError, parse_dag
@@ -155,6 +201,7 @@ def _run_master(opts: RunOptions, observers: list[Observer],
     except DagError as e:
         log.fatal(str(e))
         return ExitCode.USAGE
+    workers.started()
     lock_fd = -1
     if not opts.nolock:
         log.debug("Locking DAG file...")
@@ -184,7 +231,7 @@ def _run_master(opts: RunOptions, observers: list[Observer],
             log.fatal(str(e))
             return ExitCode.FAILED
         out = Fanout([*observers, *outputs.observers])
-        return _run_with_transport(opts, dag, done, out, outputs.progress, make_transport(),
+        return _run_with_transport(opts, dag, done, out, outputs.progress, workers.take(),
                                    mode, sink)
     finally:
         sink.close()
@@ -202,6 +249,7 @@ def settle_heap() -> None:
     collector off and makes no cycles, so a full one (0.15 s after a million tasks)
     would walk it all to find nothing."""
     gc.freeze()
+    gc.enable()  # off since the parse (_run_master)
 
 
 def _run_with_transport(opts: RunOptions, dag: DAG, done: set[int], out: Observer,
