@@ -121,10 +121,17 @@ def processes_with(marker: str) -> list[int]:
     return found
 
 
+# Over the edge helper's size (pmc.dag.edgehelper.MIN_BYTES), where the workers start
+# once the DAG is read: comment lines, one task.
+BIG = "TASK a /bin/true\n" + ("# " + "x" * 1021 + "\n") * 8201  # 8,201 KiB of comments
+
+
 @pytest.mark.parametrize(("dag_text", "option", "code", "message"), [
     ("TASK a /bin/true\nEDGE a b\n", [], 2, "w.dag:2: EDGE names unknown task 'b'"),
     ("TASK a /bin/true\n", ["-o", "/nonexistent/x"], 1, "Unable to open stdout file"),
-])
+    (BIG, ["-o", "/nonexistent/x"], 1, "Unable to open stdout file"),
+    (BIG + "EDGE a b\n", [], 2, "w.dag:8203: EDGE names unknown task 'b'"),
+], ids=["bad-dag", "unwritable-o", "big-dag-unwritable-o", "big-bad-dag"])
 def test_workers_started_for_a_run_that_cannot_start_are_gone_when_it_returns(
         dag_text: str, option: list[str], code: int, message: str, tmp_path: Path) -> None:
     # The embedded workers start before the DAG is read (their start-up overlaps the
@@ -137,6 +144,16 @@ def test_workers_started_for_a_run_that_cannot_start_are_gone_when_it_returns(
     assert message in r.stderr and r.stderr.count("\n") == 1, r.stderr
     assert processes_with(marker) == []
     assert not [p for p in os.listdir(tmp_path) if p != "w.dag"]
+
+
+def test_a_big_dag_runs_embedded_with_its_workers_started_after_it_is_read(
+        tmp_path: Path) -> None:
+    dag = write_dag(tmp_path / "w.dag", BIG.replace("/bin/true", "/bin/echo ran"))
+    r = pmc(["run", "--workers", "2", dag.name], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith('[cluster-summary stat="ok", tasks=1,'), r.stdout
+    assert "\nran\n[cluster-task name=a," in r.stdout, r.stdout
+    assert "[info] Workflow succeeded" in r.stderr
 
 
 def test_unwritable_paths_stop_an_mpi_run_too(tmp_path: Path) -> None:
