@@ -82,13 +82,16 @@ def test_kill_master_then_restart(mode: str, trial: int, tmp_path: Path, marker:
     write_dag(tmp_path / "w.dag", n, marker)
     rescue = tmp_path / "w.dag.rescue"
     # Kill after a random number of records; one trial in five at a random early moment
-    # (start-up, first dispatch), before any record.
+    # (start-up, first dispatch), by the first record at the latest: a run this short
+    # may be over before a fixed moment comes.
     early = trial % 5 == 4
     target = 0 if early else rng.randint(1, int(n * 0.9))
     proc = start(launch(mode, tmp_path, "first"), tmp_path, tmp_path / "first")
     try:
         if early:
-            time.sleep(rng.uniform(0.2, 1.5))
+            moment = time.monotonic() + rng.uniform(0.05, 1.5)
+            wait_for(lambda: time.monotonic() >= moment or records(rescue) >= 1
+                     or proc.poll() is not None, 60, "an early moment")
         else:
             wait_for(lambda: records(rescue) >= target or proc.poll() is not None, 60,
                      f"{target} rescue records")
