@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from faults.faultkit import all_pids, environ
 from pmctest import clean_env, pmc, write_dag
 
 
@@ -108,19 +109,6 @@ def test_unwritable_paths_stop_the_run_before_any_task(option: list[str], messag
     assert set(os.listdir(tmp_path)) == before, "nothing written, no task run"
 
 
-def processes_with(marker: str) -> list[int]:
-    """The processes whose environment holds ``marker``."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if marker.encode() in f.read():
-                    found.append(int(pid))
-        except OSError:
-            pass
-    return found
-
-
 # Over the edge helper's size (pmc.dag.edgehelper.MIN_BYTES), where the workers start
 # once the DAG is read: comment lines, one task.
 BIG = "TASK a /bin/true\n" + ("# " + "x" * 1021 + "\n") * 8201  # 8,201 KiB of comments
@@ -137,12 +125,12 @@ def test_workers_started_for_a_run_that_cannot_start_are_gone_when_it_returns(
     # The embedded workers start before the DAG is read (their start-up overlaps the
     # master's): a run that stops before its hand-shake tells them so, and waits for them.
     dag = write_dag(tmp_path / "w.dag", dag_text)
-    marker = f"PMC_TEST_MARK={os.getpid()}.{time.monotonic_ns()}"
+    mark = f"{os.getpid()}.{time.monotonic_ns()}"
     r = pmc(["run", "--workers", "2", *option, dag.name], tmp_path,
-            env=clean_env(**dict([marker.split("=")])))
+            env=clean_env(PMC_TEST_MARK=mark))
     assert r.returncode == code, r.stderr
     assert message in r.stderr and r.stderr.count("\n") == 1, r.stderr
-    assert processes_with(marker) == []
+    assert [p for p in all_pids() if environ(p).get("PMC_TEST_MARK") == mark] == []
     assert not [p for p in os.listdir(tmp_path) if p != "w.dag"]
 
 
