@@ -421,7 +421,7 @@ def task(fake: FakeCgroups, acc: Accounting, *, memory: int = 0, peak: int = 0,
         fake.set(group, "cgroup.procs", "1")  # a process it left behind
     fake.writes.clear()
     # The rusage is not looked at for a task with a slot.
-    return acc.collect(slot, resource.getrusage(resource.RUSAGE_CHILDREN), status, 0), group
+    return acc.collect(slot, resource.getrusage(resource.RUSAGE_CHILDREN), status), group
 
 
 def slot_dirs(fake: FakeCgroups) -> list[str]:

@@ -238,22 +238,22 @@ def _group(cmd: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(["/bin/sh", "-c", cmd], process_group=0)
 
 
-def _guard(grace: float) -> tuple[subprocess.Popen[bytes], int]:
-    rd, wr = os.pipe()
-    proc = subprocess.Popen(guard.command(grace), stdin=rd)
-    os.close(rd)
-    return proc, wr
+def _reap(g: guard.Guard) -> int:
+    """The guard's exit code (it is this process's child)."""
+    return os.waitstatus_to_exitcode(os.waitpid(g.pid, 0)[1])
 
 
-def test_guard_program_terminates_announced_groups_at_eof() -> None:
+def test_guard_terminates_the_groups_held_when_the_worker_is_gone() -> None:
     kept, gone = _group("sleep 300"), _group("sleep 300")
-    proc, wr = _guard(3.0)
+    g = guard.Guard(3.0)
     try:
-        os.write(wr, b"+%d\n+%d\n-%d\n" % (kept.pid, gone.pid, gone.pid))
+        assert g.fd >= 0 and g.pid > 0
+        g.hold(kept.pid)
+        g.release(g.hold(gone.pid))
         time.sleep(0.3)
-        assert proc.poll() is None and kept.poll() is None  # the worker is alive
-        os.close(wr)
-        assert proc.wait(30) == 0
+        assert os.waitpid(g.pid, os.WNOHANG) == (0, 0) and kept.poll() is None  # worker alive
+        os.close(g.fd)  # as the worker's death would
+        assert _reap(g) == 0
         assert kept.wait(5) == -signal.SIGTERM
         assert gone.poll() is None  # reaped by the worker: not the guard's
     finally:
@@ -262,15 +262,34 @@ def test_guard_program_terminates_announced_groups_at_eof() -> None:
             p.wait()
 
 
+def test_guard_table_grows_and_reuses_slots() -> None:
+    g = guard.Guard(3.0)
+    try:
+        slots = [g.hold(100000 + i) for i in range(guard._FIRST_SLOTS + 1)]
+        assert sorted(slots) == list(range(guard._FIRST_SLOTS + 1))
+        g.release(slots[7])
+        assert g.hold(123) == slots[7]
+        held = guard.read_table(g.table_fd)
+        assert 123 in held and 100007 not in held and len(held) == guard._FIRST_SLOTS + 1
+        # A slot torn by the worker's death mid-store (the group without its check) is
+        # passed over.
+        assert g.table is not None
+        guard._SLOT.pack_into(g.table, 0, 4242, 0)
+        assert 4242 not in guard.read_table(g.table_fd)
+    finally:
+        os.close(g.fd)
+        _reap(g)
+
+
 def test_guard_program_kills_what_ignores_sigterm() -> None:
     stubborn = _group("trap '' TERM; sleep 300 & wait; sleep 300")
     time.sleep(0.2)
-    proc, wr = _guard(0.3)
-    os.write(wr, b"+%d\n" % stubborn.pid)
+    g = guard.Guard(0.3)
+    g.hold(stubborn.pid)
     t0 = time.monotonic()
-    os.close(wr)
+    os.close(g.fd)
     try:
-        assert proc.wait(30) == 0
+        assert _reap(g) == 0
         assert stubborn.wait(5) == -signal.SIGKILL
         assert time.monotonic() - t0 >= 0.3
     finally:
@@ -279,16 +298,16 @@ def test_guard_program_kills_what_ignores_sigterm() -> None:
 
 
 def test_guard_program_ignores_the_jobs_signals() -> None:
-    proc, wr = _guard(3.0)
+    g = guard.Guard(3.0)
     try:
         time.sleep(0.3)
-        proc.send_signal(signal.SIGTERM)
-        proc.send_signal(signal.SIGHUP)
+        os.kill(g.pid, signal.SIGTERM)
+        os.kill(g.pid, signal.SIGHUP)
         time.sleep(0.2)
-        assert proc.poll() is None
+        assert os.waitpid(g.pid, os.WNOHANG) == (0, 0)
     finally:
-        os.close(wr)
-        proc.wait(30)
+        os.close(g.fd)
+        _reap(g)
 
 
 def test_guard_removes_cgroup_directories(tmp_path: Path) -> None:
@@ -299,17 +318,17 @@ def test_guard_removes_cgroup_directories(tmp_path: Path) -> None:
     assert not d.exists()
 
 
-def test_guard_worker_end_batches_lines_until_flush() -> None:
-    task = _group("sleep 300")
+def test_guard_worker_end_batches_lines_until_flush(tmp_path: Path) -> None:
+    d = tmp_path / "pmc-1"
+    (d / "slot-1").mkdir(parents=True)
     g = guard.Guard(3.0)
     try:
         assert g.fd >= 0
-        g.announce(b"+%d\n" % task.pid)
-        assert g.lines == [b"+%d\n" % task.pid]
+        g.announce(b"c%s\n" % str(d).encode())
+        assert g.lines == [b"c%s\n" % str(d).encode()]
         g.flush()
         assert g.lines == []
-        os.close(g.fd)  # as the worker's death would
-        assert task.wait(30) == -signal.SIGTERM
     finally:
-        task.kill()
-        task.wait()
+        os.close(g.fd)  # as the worker's death would: the guard removes the cgroups
+        assert _reap(g) == 0
+    assert not d.exists()

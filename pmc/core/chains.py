@@ -91,10 +91,14 @@ class Chains:
         ``memory`` and ``gpus`` (see the module docstring), or -1 if none may."""
         tails = self._tails
         kinds = self._kind
+        opened = self._open
         for depth in range(self.limit):
-            by_kind = self._open[depth]
+            by_kind = opened[depth]
+            if not by_kind:
+                continue
             best = -1
             best_order = -1
+            spent = None
             for kind, entries in by_kind.items():
                 if kind[0] < cpus or kind[1] < memory:
                     continue
@@ -107,6 +111,10 @@ class Chains:
                             best, best_order = tail, order
                         break
                     entries.popleft()  # no longer true
+                else:
+                    spent = [*(spent or ()), kind]
+            for kind in spent or ():
+                del by_kind[kind]  # so that a depth with no chain is passed at once
             if best >= 0:
                 return best
         return -1

@@ -1,23 +1,31 @@
 """The task guard: a small program each worker starts, which outlives it.
 
-The worker announces every task's process group on a pipe only it holds (the guard's
-stdin), one line each: ``+PGID`` when started, ``-PGID`` when reaped, and ``cDIR`` for
-each of its accounting cgroups. When that pipe reaches EOF the worker is gone (exited, or
-killed with SIGKILL, e.g. by mpiexec tearing down the job, where nothing of the worker
-can run), and the guard terminates the groups still announced: SIGTERM, then SIGKILL
-after the grace period (argv[1], seconds); then it removes the cgroups. No per-task
-preexec, no PR_SET_PDEATHSIG.
+The worker keeps every running task's process group in a table the guard shares (a
+memfd, the guard's fd 3): a slot per group, written when the task is spawned and cleared
+when it is reaped, plain stores to shared memory with no system call and no wake-up of
+the guard. The guard's stdin is a pipe only the worker holds, on which the worker sends
+one line, ``cDIR``, for each of its accounting cgroups. When that pipe reaches EOF the
+worker is gone (exited, or killed with SIGKILL, e.g. by mpiexec tearing down the job,
+where nothing of the worker can run), and the guard reads the table and terminates the
+groups still in it: SIGTERM, then SIGKILL after the grace period (argv[1], seconds);
+then it removes the cgroups. No per-task preexec, no PR_SET_PDEATHSIG.
+
+A slot holds a group and its complement (``_SLOT``): one torn by the worker's death in
+the middle of a store reads as neither, and is passed over.
 
 Run as a program (``command``): ``python -I -S`` imports this file as the top-level
 module ``guard`` from its own directory and calls ``main(argv)``. As a program it imports
 nothing of pmc (not even the ``pmc`` package), and it is loaded from its cached bytecode,
 so that starting it costs what the ``python -c`` of its source it replaces did (not the
 ~1 ms of compiling this file as a script). The worker's end (``Guard``: starting it,
-writing the lines) is here too, imported by the worker as a module.
+holding groups, writing the lines) is here too, imported by the worker as a module.
 """
 
+import fcntl
+import mmap
 import os
 import signal
+import struct
 import sys
 import time
 
@@ -25,6 +33,9 @@ import time
 # ``guard`` is looked up there. Its path is on the command line, where ps shows it.
 _BOOT = ("import sys; sys.path.append(sys.argv[1].rpartition('/')[0]); import guard; "
          "sys.exit(guard.main(sys.argv[2:]))")
+_SLOT = struct.Struct("=ii")  # a held process group, and its complement (~pgid)
+_TABLE_FD = 3  # the table, in the guard
+_FIRST_SLOTS = 512  # one page; the table doubles when full
 
 
 def command(grace: float) -> list[str]:
@@ -34,16 +45,57 @@ def command(grace: float) -> list[str]:
 
 
 class Guard:
-    """The worker's end of its guard's pipe. Lines are sent by ``flush`` once per loop
-    turn: one write (and one wake-up of the guard) for every task started and reaped in
-    the turn, not two per task."""
+    """The worker's end: the table of held process groups, and the pipe. Lines are sent
+    by ``flush``, once per loop turn."""
 
     def __init__(self, grace: float) -> None:
-        self.fd = start(grace)
         self.lines: list[bytes] = []
+        self.free: list[int] = []  # free slots, the lowest last
+        self.table: mmap.mmap | None = None
+        self.table_fd = -1
+        self.pid = 0
+        self.fd = -1
+        try:
+            memfd = os.memfd_create("pmc-guard", os.MFD_CLOEXEC)
+        except OSError as e:
+            _cannot_start(e)
+            return
+        # Above the fds the guard gets (0-3), so that the spawn's dup2 to 3 is a real
+        # one (it clears close-on-exec).
+        self.table_fd = fcntl.fcntl(memfd, fcntl.F_DUPFD_CLOEXEC, 10)
+        os.close(memfd)
+        self.fd, self.pid = start(grace, self.table_fd)
+        if self.fd >= 0:
+            self._grow()
+
+    def _grow(self) -> None:
+        """Room for twice the slots (the first time: ``_FIRST_SLOTS``)."""
+        old = len(self.table) // _SLOT.size if self.table is not None else 0
+        size = max(_FIRST_SLOTS, 2 * old)
+        os.ftruncate(self.table_fd, size * _SLOT.size)  # new slots read as zeros
+        if self.table is not None:
+            self.table.close()
+        self.table = mmap.mmap(self.table_fd, size * _SLOT.size)
+        self.free.extend(range(size - 1, old - 1, -1))
+
+    def hold(self, pgid: int) -> int:
+        """Put a task's process group in the table; returns its slot (-1: no guard)."""
+        if self.table is None:
+            return -1
+        if not self.free:
+            self._grow()
+        slot = self.free.pop()
+        _SLOT.pack_into(self.table, slot * _SLOT.size, pgid, ~pgid)
+        return slot
+
+    def release(self, slot: int) -> None:
+        """The group of ``slot`` was reaped: not the guard's any more."""
+        if slot >= 0 and self.table is not None:
+            _SLOT.pack_into(self.table, slot * _SLOT.size, 0, 0)
+            self.free.append(slot)
 
     def announce(self, line: bytes) -> None:
-        """``+PGID``, ``-PGID`` or ``cDIR``, with its newline."""
+        """``cDIR``, with its newline."""
         if self.fd >= 0:
             self.lines.append(line)
 
@@ -59,40 +111,45 @@ class Guard:
         self.lines.clear()
 
 
-def start(grace: float) -> int:
-    """Start the guard; return the write end of its pipe (-1 if it could not start)."""
+def start(grace: float, table: int) -> tuple[int, int]:
+    """Start the guard with ``table`` as its fd 3; return the write end of its pipe and
+    its pid ((-1, 0) if it could not start)."""
     rd, wr = os.pipe()
     argv = command(grace)
+    pid = 0
     try:
-        os.posix_spawn(
+        pid = os.posix_spawn(
             argv[0], argv, os.environ,
             file_actions=[(os.POSIX_SPAWN_DUP2, rd, 0),
                           (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
-                          (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)],
+                          (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
+                          (os.POSIX_SPAWN_DUP2, table, _TABLE_FD)],
             # Its own process group, so that a launcher killing the worker's group spares
             # it; but the job's session, which batch systems (PBS/Torque) account and
             # clean up by.
             setpgroup=0,
         )
     except OSError as e:
-        from pmc import log  # the worker's side only: the program imports nothing of pmc
-
-        log.warn(f"Cannot start the task guard ({e.strerror}): tasks may outlive a killed "
-                 "worker")
+        _cannot_start(e)
         os.close(wr)
         wr = -1
     finally:
         os.close(rd)
-    return wr
+    return wr, pid
+
+
+def _cannot_start(e: OSError) -> None:
+    from pmc import log  # the worker's side only: the program imports nothing of pmc
+
+    log.warn(f"Cannot start the task guard ({e.strerror}): tasks may outlive a killed "
+             "worker")
 
 
 # -- the program ------------------------------------------------------------------------
 
 
-def read_announcements(fd: int) -> tuple[set[int], list[str]]:
-    """Read the worker's lines from ``fd`` until EOF: the process groups still announced,
-    and the cgroup directories."""
-    groups: set[int] = set()
+def read_announcements(fd: int) -> list[str]:
+    """Read the worker's lines from ``fd`` until EOF: the cgroup directories."""
     cgroups: list[str] = []
     buf = b""
     while True:
@@ -100,13 +157,19 @@ def read_announcements(fd: int) -> tuple[set[int], list[str]]:
         if not data:
             break
         *lines, buf = (buf + data).split(b"\n")
-        for line in lines:
-            if line[:1] == b"c":
-                cgroups.append(line[1:].decode())
-                continue
-            (groups.add if line[:1] == b"+" else groups.discard)(int(line[1:]))
-        time.sleep(0.1)  # let lines gather in the pipe: a few wake-ups a second, not 2 per task
-    return groups, cgroups
+        cgroups.extend(line[1:].decode() for line in lines if line[:1] == b"c")
+    return cgroups
+
+
+def read_table(fd: int) -> set[int]:
+    """The process groups held in the table at ``fd`` (none if there is no table)."""
+    try:
+        size = os.fstat(fd).st_size
+        data = os.pread(fd, size, 0)
+    except OSError:
+        return set()
+    data = data[:len(data) - len(data) % _SLOT.size]
+    return {g for g, check in _SLOT.iter_unpack(data) if g > 0 and check == ~g}
 
 
 def _signal_all(groups: set[int], sig: int) -> set[int]:
@@ -158,8 +221,8 @@ def main(argv: list[str]) -> int:
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(s, signal.SIG_IGN)
     grace = float(argv[0])
-    groups, cgroups = read_announcements(0)
-    terminate(groups, grace)
+    cgroups = read_announcements(0)
+    terminate(read_table(_TABLE_FD), grace)
     remove_cgroups(cgroups)
     return 0
 

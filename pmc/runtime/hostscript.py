@@ -40,8 +40,7 @@ class HostScript:
             log.error(f"Unable to exec host script: {e.strerror}")
             return False, f"Worker {rank}: Host script failed with status 256"
         proc = self.proc
-        self.guard.announce(b"+%d\n" % proc.pid)  # its group lives until the end of the run
-        self.guard.flush()
+        self.guard.hold(proc.pid)  # its group lives until the end of the run
         deadline = time.monotonic() + timeout
         code: int | None = None
         while code is None:

@@ -6,8 +6,9 @@ process group, stdout/stderr straight into the worker's output files (or the per
 files), so task output never passes through Python. Only tasks that need an address-space
 limit or a cpu binding take the slower path with a ``preexec_fn``. Each running task
 holds a pidfd in the worker's poller (readable when it exits); its -f pipes' read ends
-are there too (``pmc.runtime.taskio``). Every task's process group is announced to the
-guard (``pmc.runtime.guard``), which kills what is left should the worker die.
+are there too (``pmc.runtime.taskio``). Every task's process group is held in the
+guard's table (``pmc.runtime.guard``) while it runs: the guard kills what is left should
+the worker die.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from pmc.core.protocol import (
 )
 from pmc.core.records import cluster_task_record
 from pmc.dag import split_command
-from pmc.runtime.accounting import Accounting, not_wanted, self_maxrss_kb
+from pmc.runtime.accounting import Accounting, not_wanted
 from pmc.runtime.guard import Guard
 from pmc.runtime.hostinfo import close_on_exec_all
 from pmc.runtime.multirank import RankLauncher
@@ -59,8 +60,8 @@ _TASK_SIGDEF = (signal.SIGPIPE, signal.SIGTERM, signal.SIGINT, signal.SIGTTOU)
 
 class Running:
     __slots__ = (
-        "app", "cgroup", "err_fd", "err_offset", "err_path", "nodefile", "out_fd", "pid",
-        "pidfd", "pipes", "popen", "rss_floor", "spec", "start", "t0",
+        "app", "cgroup", "err_fd", "err_offset", "err_path", "guard_slot", "nodefile",
+        "out_fd", "pid", "pidfd", "pipes", "popen", "spec", "start", "t0",
     )
 
     def __init__(self, spec: TaskSpec) -> None:
@@ -75,10 +76,10 @@ class Running:
         self.err_fd = -1
         self.pipes: Pipes | None = None  # its -f forwards, if it has any
         self.cgroup: Any = None  # its accounting slot (pmc.runtime.accounting), if any
-        self.rss_floor = 0  # the worker's RSS high-water mark when it was spawned
         self.err_path = ""  # where its stderr goes, and how long that file was then
         self.err_offset = 0
         self.nodefile = ""  # a multi-rank task's node file
+        self.guard_slot = -1  # its process group's slot in the guard's table
 
 
 # What a poller wait returns for each readable fd: the master's socket, a task's pidfd,
@@ -225,15 +226,13 @@ class Launcher:
             r.err_offset = os.fstat(err_fd).st_size if cfg.worker_slots == 1 else -1
         # A multi-rank task's ranks on this host share its cgroup: -m is per rank.
         r.cgroup = acc.enter(spec.memory * spec.hosts[0][1] if spec.hosts else spec.memory)
-        if r.cgroup is None:
-            if acc.problem and cfg.strict_limits and spec.memory > 0:
-                # Its memory limit cannot be set: it must not run without one.
-                for fd in (*write_ends, *read_ends):
-                    os.close(fd)
-                message = f"Task {spec.name}: {acc.problem}"
-                log.error(message)
-                return self.fail_now(r, message, out_fd)
-            r.rss_floor = self_maxrss_kb()
+        if r.cgroup is None and acc.problem and cfg.strict_limits and spec.memory > 0:
+            # Its memory limit cannot be set: it must not run without one.
+            for fd in (*write_ends, *read_ends):
+                os.close(fd)
+            message = f"Task {spec.name}: {acc.problem}"
+            log.error(message)
+            return self.fail_now(r, message, out_fd)
         r.start = time.time()
         r.t0 = time.monotonic()
         try:
@@ -273,7 +272,7 @@ class Launcher:
         self.running[r.pid] = r
         self.running_ids.add(spec.id)
         self.starts.append((spec.id, r.start))
-        self.guard.announce(b"+%d\n" % r.pid)
+        r.guard_slot = self.guard.hold(r.pid)
         if self.debug:
             log.debug(f"Task {spec.name} started as pid {r.pid}")
         return True
@@ -330,9 +329,13 @@ class Launcher:
                           f"({status}) in {duration:f} seconds")
         del self.running[r.pid]
         self.running_ids.discard(spec.id)
+        # Taken out of the epoll before it is closed: a task being spawned meanwhile may
+        # still hold a copy of every fd (a vfork child lets its parent go on at exec,
+        # before it closes its close-on-exec fds), and a registration lasts as long as
+        # any copy of its fd.
         self.poller.remove(r.pidfd)
         os.close(r.pidfd)
-        self.guard.announce(b"-%d\n" % r.pid)
+        self.guard.release(r.guard_slot)
         pipes = r.pipes
         error = None
         if pipes is not None:
@@ -381,7 +384,7 @@ class Launcher:
         if status != 0 and r.err_offset >= 0:
             tail_text = tail(r.err_path, r.err_offset)
         close_stdio(r)
-        used = self.accounting.collect(r.cgroup, usage, status, r.rss_floor)
+        used = self.accounting.collect(r.cgroup, usage, status)
         cpu = usage.ru_utime + usage.ru_stime
         if used.user_cpu is not None and used.system_cpu is not None:
             cpu = used.user_cpu + used.system_cpu  # the whole tree, orphans included

@@ -34,7 +34,11 @@ run's start event; ``Accounting.why`` says what each one not taken was missing):
 - ``rusage`` (elsewhere): ``wait4``'s rusage. A child started from the worker inherits
   the worker's RSS high-water mark through exec, so its ``ru_maxrss`` is the task's own
   only when it exceeds the worker's at the spawn; below that the peak is unknown (None),
-  never the worker's figure. Its cpu covers the processes the task waited for.
+  never the worker's figure. The worker's mark is read (a system call) only when a
+  task's figure exceeds the last one read, and then at the reap: a mark that only rises
+  is then at least the one the task inherited, so a figure above it is the task's own
+  (one within what the worker grew while the task ran is told as unknown). Its cpu
+  covers the processes the task waited for.
 
 Memory limits (``--strict-limits``, ``Accounting.limits``): ``cgroup`` sets the slot
 group's ``memory.limit_in_bytes`` (v1) or ``memory.max`` (v2) to the task's ``-m``; a task
@@ -96,6 +100,7 @@ class Accounting:
         self.pid = str(os.getpid()).encode()
         self.free: list[Slot] = []
         self.groups: Groups | None = None
+        self.worker_rss = 0  # KiB: this worker's RSS high-water mark when last read
         if os.environ.get("PMC_NO_CGROUPS"):
             self.why = "PMC_NO_CGROUPS is set"
         elif not_wanted:
@@ -178,12 +183,14 @@ class Accounting:
         """The spawn failed: the slot is free again."""
         self.release(slot)
 
-    def collect(self, slot: Slot | None, usage: resource.struct_rusage, status: int,
-                worker_rss_kb: int) -> Usage:
+    def collect(self, slot: Slot | None, usage: resource.struct_rusage,
+                status: int) -> Usage:
         """The figures of a reaped try; frees its slot for the next one."""
         if slot is None:
             rss = usage.ru_maxrss
-            return Usage(rss if rss > worker_rss_kb else None, None, None, False)
+            if rss > self.worker_rss:
+                self.worker_rss = self_maxrss_kb()  # now: at least what the task inherited
+            return Usage(rss if rss > self.worker_rss else None, None, None, False)
         try:
             peak, user, system = slot.figures()
             oom = (status & 0x7F) == 9 and slot.limited() and slot.oom_killed()
