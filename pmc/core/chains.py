@@ -98,7 +98,7 @@ class Chains:
                 continue
             best = -1
             best_order = -1
-            spent = None
+            spent: list[Kind] = []
             for kind, entries in by_kind.items():
                 if kind[0] < cpus or kind[1] < memory:
                     continue
@@ -112,8 +112,8 @@ class Chains:
                         break
                     entries.popleft()  # no longer true
                 else:
-                    spent = [*(spent or ()), kind]
-            for kind in spent or ():
+                    spent.append(kind)
+            for kind in spent:
                 del by_kind[kind]  # so that a depth with no chain is passed at once
             if best >= 0:
                 return best

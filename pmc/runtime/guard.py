@@ -67,6 +67,9 @@ class Guard:
         self.fd, self.pid = start(grace, self.table_fd)
         if self.fd >= 0:
             self._grow()
+        else:
+            os.close(self.table_fd)
+            self.table_fd = -1
 
     def _grow(self) -> None:
         """Room for twice the slots (the first time: ``_FIRST_SLOTS``)."""
