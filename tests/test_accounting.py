@@ -140,6 +140,19 @@ def test_without_cgroups_the_peak_is_unknown_not_the_workers(tmp_path: Path) -> 
     assert t["user_cpu"] is None
 
 
+def test_without_cgroups_a_peak_above_the_workers_is_the_tasks_own(tmp_path: Path) -> None:
+    """rusage: a task over the worker's high-water mark reports its own peak, and a
+    small task after it (the mark read again only when a figure could be the task's)
+    still reports none."""
+    code, evs = run(tmp_path, f'TASK big {PY} -c "{TOUCH.format(mb=200)}"\n'
+                              "TASK small /bin/true\n"
+                              "EDGE big small\n",
+                    env=clean_env(PMC_NO_CGROUPS="1"))
+    assert code == 0
+    assert 200 * 1024 <= ended(evs, "big")["max_rss_kb"] <= 220 * 1024
+    assert ended(evs, "small")["max_rss_kb"] is None
+
+
 def test_task_accounting_rusage_is_used_even_where_cgroups_could_be(tmp_path: Path) -> None:
     code, evs = run(tmp_path, "TASK t /bin/true\n", "--task-accounting", "rusage")
     assert code == 0
