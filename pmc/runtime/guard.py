@@ -46,7 +46,7 @@ def command(grace: float) -> list[str]:
 
 class Guard:
     """The worker's end: the table of held process groups, and the pipe. Lines are sent
-    by ``flush``, once per loop turn."""
+    by ``flush``, once the worker has announced its cgroups."""
 
     def __init__(self, grace: float) -> None:
         self.lines: list[bytes] = []

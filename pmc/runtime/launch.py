@@ -156,6 +156,7 @@ class Launcher:
         for d in self.accounting.parent:
             if d:  # removed by the guard should this worker be killed
                 self.guard.announce(b"c%s\n" % d.encode())
+        self.guard.flush()  # the only lines: the tasks' groups go in the guard's table
 
     # -- launching -------------------------------------------------------------------
 

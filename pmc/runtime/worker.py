@@ -291,7 +291,6 @@ class Worker:
                 else:
                     quiet = time.monotonic() - self.last_activity
                     delay = min(delay * 2, look_interval(quiet))
-            self.launcher.guard.flush()
             # Returned tasks first: a task given back was recalled before the task it
             # followed ended, so the master must learn of it before that task's result
             # (which would otherwise tell it the successor started in its place).
