@@ -3,8 +3,8 @@
 #
 # Installs Debian's slurm-wlm and munge, writes a slurm.conf for this host, starts
 # munged, slurmctld and slurmd as root and waits until sinfo shows the node idle.
-# Safe to run twice: a running daemon is left alone, a config that is already in
-# place is rewritten with the same content.
+# Safe to run twice: a running daemon is left alone (jobs an earlier run left on it are
+# cancelled), a config that is already in place is rewritten with the same content.
 set -euo pipefail
 
 CPUS="${PMC_SLURM_CPUS:-8}"          # declared CPUs; more than the cores so multi-rank jobs fit
@@ -95,6 +95,19 @@ fi
 if ! running /run/slurm/slurmd.pid; then
     log "starting slurmd"
     /usr/sbin/slurmd
+fi
+
+# Jobs an earlier run left on this test cluster (stopped midway: its processes may be
+# gone while the job still holds the node) would make the tests' jobs wait for ever.
+left=""
+for _ in $(seq 30); do  # a slurmctld just started may not answer yet
+    if left="$(squeue -h -o %i 2>/dev/null)"; then break; fi
+    sleep 1
+done
+if [ -n "$left" ]; then
+    log "cancelling jobs left by an earlier run: $(echo $left)"
+    # shellcheck disable=SC2086 # one job id per word
+    scancel $left || true
 fi
 
 log "waiting for node ${HOST} to be idle"
