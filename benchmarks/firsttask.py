@@ -14,7 +14,7 @@ as the stamp is there: only the time to the first task is measured.
 
 Each round runs, by turns, ``pmc run --local --workers W -q -s`` of every tree given
 (``--trees NAME=CHECKOUT,...``; default: this checkout), with ``--mpi`` each tree also
-as users start it under MPI (the ``mpiexec`` on PATH, ``-n W+1``, no binding flags) and,
+as users start it under MPI (the pip MPI's ``mpiexec``, ``-n W+1``, no binding flags) and,
 with ``--reference``, the reference under ``/usr/bin/mpiexec.openmpi -n W+1`` on the
 same DAG; rounds interleave
 so that the machine's drift falls on all alike. Reported per shape and runner: the
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trees", default=f"pmc={Path(__file__).resolve().parent.parent}",
                    help="NAME=CHECKOUT,...: pmc checkouts to run by turns")
     p.add_argument("--mpi", action="store_true",
-                   help="also run each tree under the mpiexec on PATH (-n W+1, --mpi)")
+                   help="also run each tree under the pip MPI's mpiexec (-n W+1, --mpi)")
     p.add_argument("--reference", metavar="BINARY", help="the reference's binary, run too")
     p.add_argument("--keep", metavar="DIR", help="write DAGs into DIR and keep them")
     args = p.parse_args(argv)

@@ -62,8 +62,11 @@ def main(argv: list[str] | None = None) -> int:
                    "MPICH's mpiexec, with --keep-affinity), mpi-nosock (every message "
                    "through MPI, as between hosts)")
     p.add_argument("--shapes", default="independent,layered,layered-scaled",
-                   help="independent (--tasks tasks), layered (the NCSA workflow's shape, "
-                   "--layers), layered-scaled (that shape with --tasks tasks)")
+                   help="independent (--tasks tasks), options (the same with `-m 1 -c 1` "
+                   "on every TASK line, as planners write them), pegasus "
+                   "(options, and a `#@` line before every TASK, as Pegasus writes "
+                   "them), layered (the NCSA workflow's shape, --layers), layered-scaled "
+                   "(that shape with --tasks tasks)")
     p.add_argument("--no-observability", action="store_true",
                    help="skip the JSON log + metrics comparison")
     p.add_argument("--with-no-prefetch", action="store_true",
@@ -86,9 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     modes = [m for m in args.modes.split(",") if m]
     shapes = [s for s in args.shapes.split(",") if s]
     dags: dict[str, tuple[Path, int]] = {}
-    if "independent" in shapes:
-        path = work / "independent.dag"
-        dags["independent"] = (path, write_independent(path, args.tasks, args.program))
+    for shape, style in (("independent", "plain"), ("options", "options"),
+                         ("pegasus", "pegasus")):
+        if shape in shapes:
+            path = work / f"{shape}.dag"
+            dags[shape] = (path, write_independent(path, args.tasks, args.program, style))
     layers = [int(x) for x in args.layers.split(",")]
     for shape, widths in (("layered", layers),
                           ("layered-scaled", scaled_layers(layers, args.tasks))):

@@ -13,7 +13,7 @@ import pytest
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 sys.path.insert(0, str(BENCH))
 
-from _common import write_big, write_layered  # noqa: E402
+from _common import write_big, write_independent, write_layered  # noqa: E402
 
 
 def run(script: str, *args: str, tmp_path: Path) -> str:
@@ -35,6 +35,20 @@ def test_layered_dag_shape(tmp_path: Path) -> None:
     assert "EDGE L3_6 L4_1" in text and "EDGE L4_0 L5_0" in text and "EDGE L4_1 L5_0" in text
 
 
+@pytest.mark.parametrize("style", ["plain", "options", "pegasus"])
+def test_independent_dags_as_planners_write_them(tmp_path: Path, style: str) -> None:
+    from pmc.dag import parse_dag
+
+    path = tmp_path / "i.dag"
+    assert write_independent(path, 3, "/bin/true", style) == 3
+    dag = parse_dag(str(path))
+    task = dag.tasks[2]
+    assert task.name == "t2" and dag.edge_count() == 0
+    assert task.command == "/bin/true"  # as the floor runs it
+    assert (task.memory, task.cpus) == ((0, 1) if style == "plain" else (1, 1))
+    assert task.pegasus_id == ("3" if style == "pegasus" else None)  # the #@ SEQ
+
+
 @pytest.mark.parametrize("local", [True, False])
 def test_big_dag_parses(tmp_path: Path, local: bool) -> None:
     from pmc.dag import parse_dag
@@ -49,8 +63,10 @@ def test_big_dag_parses(tmp_path: Path, local: bool) -> None:
 def test_throughput_smoke(tmp_path: Path) -> None:
     modes = "local,dropin,mpi,mpi-bound,mpi-nosock" if shutil.which("mpiexec") else "local"
     out = run("throughput.py", "--tasks", "40", "--rounds", "1", "--modes", modes,
+              "--shapes", "independent,options,pegasus,layered,layered-scaled",
               "--layers", "1,4,8,4,2,1", "--keep", str(tmp_path), tmp_path=tmp_path)
     assert "independent/local" in out and "layered/local" in out
+    assert "options/local" in out and "pegasus/local" in out
     assert "layered-scaled DAG: 1+9+18+9+2+1 = 40 tasks" in out  # --tasks 40
     assert "layered-scaled/local" in out
     assert "local+json+metrics" in out and "floor" in out
