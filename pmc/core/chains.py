@@ -10,9 +10,10 @@ How deep: enough queued tasks to hold ``COVER`` seconds of work at the tasks' me
 duration (``depth_for``; the master tells ``limit`` as results come), one at least and
 ``PREFETCH_DEPTH`` at most. Short tasks get deep queues, so that their results and the
 next tasks travel many to a message (10,000 /bin/true drop-in: 0.70 of the spawn floor
-with 2, 0.80 with 6, 0.85 with 16); long ones one queued task each, as more would only
-keep tasks from slots that free up sooner, and from higher priorities that become ready
-meanwhile. ``FIRST_DEPTH`` until a duration is known.
+with 2, 0.80 with 6, 0.85 with 16; 32, holding 20 ms, half the messages of 16 and a
+fifth less master cpu per task, embedded); long ones one queued task each, as more
+would only keep tasks from slots that free up sooner, and from higher priorities that
+become ready meanwhile. ``FIRST_DEPTH`` until a duration is known.
 
 A task may wait only behind one that asks for at least its cpus, memory and GPUs (it
 takes over the first of that task's GPU ids), and not behind a task bound to cpus
@@ -34,9 +35,9 @@ from collections.abc import Iterable
 
 from pmc.core.resources import Worker
 
-PREFETCH_DEPTH = 16  # the most tasks queued behind a running one
+PREFETCH_DEPTH = 32  # the most tasks queued behind a running one
 FIRST_DEPTH = 2  # before the first result tells how long tasks take
-COVER = 0.010  # seconds of work a slot's queue holds
+COVER = 0.020  # seconds of work a slot's queue holds
 
 
 def depth_for(mean_duration: float) -> int:
