@@ -10,11 +10,14 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pmctest import clean_env, pmc, write_dag
+
+from pmc.runtime.launch import group_alive
 
 
 def events(path: Path) -> list[dict[str, Any]]:
@@ -78,8 +81,6 @@ def test_expected_runtime_holds_for_queued_tasks(tmp_path: Path) -> None:
 
 
 def _wait_file(path: Path, lines: int, proc: subprocess.Popen[bytes]) -> None:
-    import time
-
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if path.exists() and len(path.read_text().split()) >= lines:
@@ -103,16 +104,21 @@ def _stop_run(tmp_path: Path, signal_all: bool) -> None:
     try:
         _wait_file(tmp_path / "started.log", 2, proc)
         if signal_all:
-            # What scancel does: every process of the job, tasks included. A task's
-            # group may be gone by the time it is signalled: its worker, signalled
-            # first, killed it.
-            task_groups = _task_groups(proc.pid)
-            os.killpg(proc.pid, signal.SIGTERM)
-            for task_group in task_groups:
-                try:
-                    os.killpg(task_group, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
+            # What scancel does: every process of the job, tasks included, in no set
+            # order. The worst case: the tasks first, and the master busy (here stopped)
+            # until its own signal, so that the workers see their tasks killed long
+            # before anyone tells them the job is ending.
+            task_groups, other_groups = _groups(proc.pid)
+            os.kill(proc.pid, signal.SIGSTOP)
+            try:
+                for group in task_groups:
+                    os.killpg(group, signal.SIGTERM)
+                _wait_gone(task_groups)
+                time.sleep(0.5)  # the workers reap them meanwhile
+                for group in [proc.pid, *other_groups]:
+                    os.killpg(group, signal.SIGTERM)
+            finally:
+                os.kill(proc.pid, signal.SIGCONT)
         else:
             proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 3
@@ -125,21 +131,32 @@ def _stop_run(tmp_path: Path, signal_all: bool) -> None:
     assert sum("to start when task" in ev.get("event", "") for ev in evs) >= 2
 
 
-def _task_groups(root: int) -> set[int]:
-    """Process groups of root's descendants other than root's own."""
-    groups: set[int] = set()
+def _wait_gone(groups: set[int]) -> None:
+    deadline = time.monotonic() + 30
+    while any(group_alive(g) for g in groups):
+        assert time.monotonic() < deadline, "killed tasks still there"
+        time.sleep(0.02)
+
+
+def _groups(root: int) -> tuple[set[int], set[int]]:
+    """Process groups of root's descendants other than root's own: the tasks', and the
+    others' (the workers and their guards)."""
+    tasks: set[int] = set()
+    others: set[int] = set()
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
             with open(f"/proc/{name}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            sid, pgrp = int(fields[3]), int(fields[2])
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                ours = b"pmc" in f.read()
+            pgrp, sid = int(fields[2]), int(fields[3])
         except (OSError, IndexError, ValueError):
             continue
         if sid == root and pgrp != root:
-            groups.add(pgrp)
-    return groups
+            (others if ours else tasks).add(pgrp)
+    return tasks, others
 
 
 def test_no_task_starts_after_sigterm_to_the_master(tmp_path: Path) -> None:

@@ -310,9 +310,9 @@ class Launcher:
             self.poller.remove(fd)
             pipes.close(fd)
 
-    def reap(self, r: Running) -> None:
+    def reap(self, r: Running) -> int:
         """``r`` exited: wait for it, take its forwards, write its record, and queue its
-        result."""
+        result. Returns its raw wait status."""
         _, wstatus, usage = os.wait4(r.pid, 0)
         if r.popen is not None:
             r.popen.returncode = 0  # reaped here; keep subprocess from waiting on it
@@ -393,6 +393,7 @@ class Launcher:
             spec.id, spec.attempt, status, r.start, duration, cpu, used.max_rss_kb, error,
             tuple(forwards) or None, used.user_cpu, used.system_cpu, used.oom_killed,
             r.err_path if status != 0 else None, tail_text))
+        return wstatus
 
     def signal_all(self, sig: int) -> None:
         """Send ``sig`` to every running task's process group."""

@@ -166,7 +166,7 @@ class Master(Losses):
         self.beat_due = self.clock + BEAT_CHECK
         while True:
             self.complete_synced()
-            if self.stop_reason is None:
+            if self.stopping() is None:  # a signal noticed since the turn: nothing more
                 self.dispatch()
             # Observers hear the queues and write what they hold once the step is
             # whole: results taken, slots and queues refilled (a status snapshot between

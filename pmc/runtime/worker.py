@@ -39,7 +39,7 @@ from pmc.transport import Transport, TransportError, look_interval
 
 # While every running task has its successor queued, results wait up to this long to
 # travel together: fewer messages for both ends, and the slots are not waiting (a slot
-# holds ~10 ms of short tasks: pmc.core.chains). Where the master's socket can be
+# holds ~20 ms of short tasks: pmc.core.chains). Where the master's socket can be
 # waited on only (see Worker.__init__). The master hears of an end or a start up to this
 # much later; the records' times are the worker's own.
 RESULT_HOLD = 0.020
@@ -173,20 +173,21 @@ class Worker:
             self.refusing = True
         return self.refusing
 
-    def start_successor(self, task_id: int) -> None:
+    def start_successor(self, task_id: int, give_back: bool = False) -> None:
         """A task ended (or could not start): its queued successor takes its place, if
-        the run goes on and the wall time left covers what the task declares; if not,
-        it goes back to the master, and so does every task queued behind it."""
+        the run goes on and the wall time left covers what the task declares; if not, it
+        goes back to the master and the next one behind it is looked at the same way.
+        With ``give_back`` the whole queue goes back."""
         spec = self.successors.pop(task_id, None)
         if spec is None:
             return
         self.successor_ids.discard(spec.id)
         expected = spec.expected_runtime
-        if self.stop_requested() or (
+        if give_back or self.stop_requested() or (
                 expected is not None and self.deadline is not None
                 and self.deadline - time.monotonic() < expected):
             self.returned.append(spec.id)
-            self.start_successor(spec.id)
+            self.start_successor(spec.id, give_back)
             return
         self.launch(spec)
 
@@ -201,11 +202,14 @@ class Worker:
             self.start_successor(spec.id)
 
     def reap(self, r: Running) -> None:
-        self.launcher.reap(r)
+        wstatus = self.launcher.reap(r)
         # Only now: the record closes this task's output in the shared file before the
         # next task's output begins, and the next task's result (should it fail to start)
-        # reaches the master after this one's.
-        self.start_successor(r.spec.id)
+        # reaches the master after this one's. A task killed by a signal this worker did
+        # not send (it recalls the queue before it signals) may be the first sign of a
+        # batch system stopping the job, which signals every process in no set order:
+        # what follows it goes back, for the master to start or not.
+        self.start_successor(r.spec.id, give_back=os.WIFSIGNALED(wstatus))
 
     def kill_all(self, sig: int = signal.SIGTERM) -> None:
         self.recall()  # nothing queued may start in a killed task's place
