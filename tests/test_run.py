@@ -177,6 +177,27 @@ def test_tasks_get_the_users_environment_unchanged(tmp_path: Path,
                                     "PMC_HOST_RANK"}
 
 
+@pytest.mark.parametrize("users_value", [None, "yes"])
+def test_mpi_tasks_get_the_users_environment_unchanged(tmp_path: Path,
+                                                       users_value: str | None) -> None:
+    # Neither the launcher's variables nor the settings pmc starts its own MPI library
+    # with (UCX_MEM_EVENTS=no) reach a task; a value the user set does, as set.
+    dag = write_dag(tmp_path / "w.dag", "TASK A /usr/bin/env\n")
+    env = clean_env(PMCTEST_MARK="a b")
+    if users_value is not None:
+        env["UCX_MEM_EVENTS"] = users_value
+    r = pmc_mpi(3, ["run", dag.name], tmp_path, env=env)
+    assert r.returncode == 0, r.stderr
+    seen = dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line
+                and not line.startswith("["))
+    assert seen["PMCTEST_MARK"] == "a b"
+    assert seen.get("UCX_MEM_EVENTS") == users_value
+    # Hydra sets GFORTRAN_UNBUFFERED_PRECONNECTED for every process it starts, and the
+    # reference's tasks inherit it too.
+    assert set(seen) - set(env) - {"GFORTRAN_UNBUFFERED_PRECONNECTED"} == {
+        "PMC_TASK", "PMC_MEMORY", "PMC_CPUS", "PMC_RANK", "PMC_HOST_RANK"}
+
+
 def test_quoted_arguments_reach_the_program_literally(tmp_path: Path) -> None:
     dag = write_dag(tmp_path / "w.dag",
                     "TASK A /usr/bin/printf '%s|' 'a < b || c > d' foo 'bar baz' $HOME\n")
