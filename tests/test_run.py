@@ -177,21 +177,26 @@ def test_tasks_get_the_users_environment_unchanged(tmp_path: Path,
                                     "PMC_HOST_RANK"}
 
 
-@pytest.mark.parametrize("users_value", [None, "yes"])
-def test_mpi_tasks_get_the_users_environment_unchanged(tmp_path: Path,
-                                                       users_value: str | None) -> None:
+# What pmc starts its own MPI library with (pmc.transport.mpi), and a value of each a
+# user might set.
+PMC_MPI_SETTINGS = {"UCX_MEM_EVENTS": "yes", "MPIR_CVAR_NOLOCAL": "0"}
+
+
+@pytest.mark.parametrize("users", [False, True])
+def test_mpi_tasks_get_the_users_environment_unchanged(tmp_path: Path, users: bool) -> None:
     # Neither the launcher's variables nor the settings pmc starts its own MPI library
-    # with (UCX_MEM_EVENTS=no) reach a task; a value the user set does, as set.
+    # with reach a task; a value the user set does, as set.
     dag = write_dag(tmp_path / "w.dag", "TASK A /usr/bin/env\n")
     env = clean_env(PMCTEST_MARK="a b")
-    if users_value is not None:
-        env["UCX_MEM_EVENTS"] = users_value
+    if users:
+        env.update(PMC_MPI_SETTINGS)
     r = pmc_mpi(3, ["run", dag.name], tmp_path, env=env)
     assert r.returncode == 0, r.stderr
     seen = dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line
                 and not line.startswith("["))
     assert seen["PMCTEST_MARK"] == "a b"
-    assert seen.get("UCX_MEM_EVENTS") == users_value
+    for name, value in PMC_MPI_SETTINGS.items():
+        assert seen.get(name) == (value if users else None), name
     # Hydra sets GFORTRAN_UNBUFFERED_PRECONNECTED for every process it starts, and the
     # reference's tasks inherit it too.
     assert set(seen) - set(env) - {"GFORTRAN_UNBUFFERED_PRECONNECTED"} == {
@@ -344,7 +349,8 @@ def test_mpi_run_that_cannot_start_waits_for_a_late_worker(tmp_path: Path) -> No
         pytest.skip("mpiexec not installed (pip install '.[mpi]')")
     dag = write_dag(tmp_path / "d.dag", DIAMOND)
     args = ["run", dag.name]
-    late = ("import runpy, sys, time; from mpi4py import MPI; time.sleep(2); "
+    # (MPI started as pmc starts it: ranks whose MPI settings differ may never meet.)
+    late = ("import runpy, sys, time; import pmc.transport.mpi; time.sleep(2); "
             f"sys.argv = ['pmc', *{args!r}]; runpy.run_module('pmc', run_name='__main__')")
     cmd = [MPIEXEC, "-n", "1", sys.executable, "-m", "pmc", *args,
            ":", "-n", "1", sys.executable, "-c", late]
