@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from faults.faultkit import all_pids, cmdline, proc_stat
 from pmctest import clean_env, pmc, write_dag
 
 from pmc.runtime.launch import group_alive
@@ -139,23 +140,15 @@ def _wait_gone(groups: set[int]) -> None:
 
 
 def _groups(root: int) -> tuple[set[int], set[int]]:
-    """Process groups of root's descendants other than root's own: the tasks', and the
+    """Process groups in root's session other than root's own: the tasks', and the
     others' (the workers and their guards)."""
     tasks: set[int] = set()
     others: set[int] = set()
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
+    for pid in all_pids():
+        st = proc_stat(pid)
+        if st is None or st[2] != root or st[1] == root:
             continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                ours = b"pmc" in f.read()
-            pgrp, sid = int(fields[2]), int(fields[3])
-        except (OSError, IndexError, ValueError):
-            continue
-        if sid == root and pgrp != root:
-            (others if ours else tasks).add(pgrp)
+        (others if "pmc" in cmdline(pid) else tasks).add(st[1])
     return tasks, others
 
 

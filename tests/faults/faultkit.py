@@ -18,7 +18,7 @@ import pytest
 from pmctest import MPIEXEC, clean_env
 
 
-def _stat(pid: int) -> tuple[int, int, int] | None:
+def proc_stat(pid: int) -> tuple[int, int, int] | None:
     """(ppid, pgid, sid) of a live process, None if it is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -34,7 +34,7 @@ def _stat(pid: int) -> tuple[int, int, int] | None:
 def is_worker(pid: int, master: int) -> bool:
     """A worker of ``master``: its direct child running pmc.runtime.worker. (A task between fork
     and exec still shows its worker's command line, one level further down.)"""
-    st = _stat(pid)
+    st = proc_stat(pid)
     return st is not None and st[0] == master and "pmc.runtime.worker" in cmdline(pid)
 
 
@@ -43,14 +43,14 @@ def all_pids() -> list[int]:
 
 
 def alive(pid: int) -> bool:
-    return _stat(pid) is not None
+    return proc_stat(pid) is not None
 
 
 def descendants(root: int) -> set[int]:
     """Every live process below ``root`` (children, grandchildren, ...)."""
     children: dict[int, list[int]] = {}
     for pid in all_pids():
-        st = _stat(pid)
+        st = proc_stat(pid)
         if st is not None:
             children.setdefault(st[0], []).append(pid)
     out: set[int] = set()
@@ -102,7 +102,7 @@ def mpi_ranks(launcher_pid: int) -> dict[int, int]:
             found.setdefault(int(rank), set()).add(pid)
     out = {}
     for rank, pids in found.items():
-        parent = {p: (_stat(p) or (0,))[0] for p in pids}
+        parent = {p: (proc_stat(p) or (0,))[0] for p in pids}
         # The one the launcher started; below it the rank, below that perhaps a task
         # between fork and exec (still showing its worker's command line).
         top = [p for p in pids if parent[p] not in pids]
@@ -119,7 +119,7 @@ def rank_keepers(launcher_pid: int) -> dict[int, int]:
     ranks = mpi_ranks(launcher_pid)
     out = {}
     for rank, pid in ranks.items():
-        st = _stat(pid)
+        st = proc_stat(pid)
         if st is not None and comm(st[0]) == "pmc-keeper":
             out[rank] = st[0]
     return out
@@ -168,7 +168,7 @@ def wait_gone(pids: set[int], timeout: float) -> set[int]:
 def kill_groups(pids: set[int]) -> None:
     """SIGKILL the process groups of processes this test started (clean-up only)."""
     for pid in pids:
-        st = _stat(pid)
+        st = proc_stat(pid)
         if st is None:
             continue
         try:
