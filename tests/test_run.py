@@ -406,27 +406,31 @@ import gc, sys
 from pmc.commands.cli import main
 if sys.argv[1] == "off":
     gc.disable()
+gc.set_threshold(700, 10, 10)
 seen = []
 import pmc.runtime.master as master
 loop = master.Master.loop
 def loop_seeing(self):
     seen.append(gc.isenabled())
+    seen.append(gc.get_threshold())
     return loop(self)
 master.Master.loop = loop_seeing
 code = main(["run", "--workers", "1", sys.argv[2]])
-print(code, seen, gc.isenabled())
+print(code, seen, gc.isenabled(), gc.get_threshold())
 """
 
 
 @pytest.mark.parametrize(("before", "dag_text", "said"), [
-    ("on", DIAMOND, "0 [True] True"),
-    ("off", DIAMOND, "0 [True] False"),
-    ("on", "TASK a /bin/true\nEDGE a nowhere\n", "2 [] True"),
+    ("on", DIAMOND, "0 [True, (100000, 10, 10)] True (700, 10, 10)"),
+    ("off", DIAMOND, "0 [True, (100000, 10, 10)] False (700, 10, 10)"),
+    ("on", "TASK a /bin/true\nEDGE a nowhere\n", "2 [] True (700, 10, 10)"),
 ])
 def test_the_collector_runs_in_the_loop_and_is_left_as_found(before: str, dag_text: str,
                                                              said: str, tmp_path: Path) -> None:
     # Off from the parse to the loop (the DAG's objects are not walked by collections
-    # that would find nothing), on in the loop, and as it was once the run returns.
+    # that would find nothing), on in the loop with young collections 100,000 objects
+    # apart (tasks in flight do not climb to full collections), and as it was, both,
+    # once the run returns.
     write_dag(tmp_path / "d.dag", dag_text)
     r = subprocess.run([sys.executable, "-c", GC_PROGRAM, before, "d.dag"], cwd=tmp_path,
                        env=clean_env(), capture_output=True, text=True, timeout=120)
