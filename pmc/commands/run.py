@@ -221,8 +221,9 @@ def settle_heap() -> None:
     (every collection of a million-task run finds none), but tasks and results in
     flight outlive a few hundred allocations: collected at 700 they climb to the old
     generation and set off full collections of everything in flight, each finding
-    nothing (10,000 workers x 32 slots: 37 full collections, 4.4 s of a 34 s run). The
-    cycles the rarer collections still catch are at most that many objects."""
+    nothing (a million tasks on 10,000 workers x 32 slots: 36 full collections, and
+    the master's cpu per task 33.5 -> 27.7 µs without them). A cycle, should one arise,
+    waits for at most that many allocations."""
     gc.freeze()
     _, middle, old = gc.get_threshold()
     gc.set_threshold(YOUNG_COLLECTION, middle, old)
