@@ -21,6 +21,7 @@ from pmc.core import protocol
 from pmc.core.protocol import WorkerConfig
 from pmc.transport import TransportError
 from pmc.transport.local import LocalMaster, LocalWorker
+from pmc.transport.mpisettings import mpi_settings
 from pmc.transport.stream import RECV, frame, unframe
 
 
@@ -46,6 +47,28 @@ def _gather(t: LocalMaster, tag: int, ranks: set[int], timeout: float = 60.0
 
 
 # -- stream framing ---------------------------------------------------------------------
+
+
+HYDRA_ONE_HOST = {"PMI_RANK": "0", "PMI_SIZE": "3", "PMI_FD": "9", "MPI_LOCALNRANKS": "3"}
+HYDRA_TWO_HOSTS = {**HYDRA_ONE_HOST, "PMI_SIZE": "6"}
+SLURM_PMI2 = {"PMI_RANK": "0", "PMI_SIZE": "3", "PMI_FD": "9", "PMI_JOBID": "17.0"}
+
+
+@pytest.mark.parametrize(("environ", "settings"), [
+    # mpiexec with every rank on this host: no shared-memory segment among them.
+    (HYDRA_ONE_HOST, {"UCX_MEM_EVENTS": "no", "MPIR_CVAR_NOLOCAL": "1"}),
+    # Ranks on other hosts, or a launcher that does not say (srun --mpi=pmi2, Open
+    # MPI): MPICH's own choice, so that ranks do not publish their whole address.
+    (HYDRA_TWO_HOSTS, {"UCX_MEM_EVENTS": "no"}),
+    (SLURM_PMI2, {"UCX_MEM_EVENTS": "no"}),
+    ({"OMPI_COMM_WORLD_SIZE": "3"}, {"UCX_MEM_EVENTS": "no"}),
+    # What the user set stays theirs.
+    ({**HYDRA_ONE_HOST, "MPIR_CVAR_NOLOCAL": "0"}, {"UCX_MEM_EVENTS": "no"}),
+    ({**SLURM_PMI2, "UCX_MEM_EVENTS": "yes"}, {}),
+])
+def test_pmc_mpi_settings_by_launcher(environ: dict[str, str],
+                                      settings: dict[str, str]) -> None:
+    assert mpi_settings(environ) == settings
 
 
 def test_unframe_keeps_partial_messages() -> None:

@@ -49,29 +49,11 @@ from pmc import log
 from pmc.core.protocol import PING, SHUTDOWN, Message
 from pmc.transport import TransportError, look_interval
 from pmc.transport.local import LocalWorker
+from pmc.transport.mpisettings import mpi_settings
 from pmc.transport.stream import RECV, Conn, frame
 
-# Settings for pmc's own MPI library, each unless the user set it; pmc's messages are
-# small and few, and on one host they go through sockets once the ranks have met.
-# - UCX_MEM_EVENTS=no: UCX (under the pip MPICH and most Open MPI builds) hooks the
-#   process's memory calls so that its cache of memory registered with a network card
-#   learns when memory is unmapped. The hooks cost every rank ~0.04 s of cpu to install
-#   and a worker more on every task it spawns (posix_spawn maps and unmaps a stack):
-#   without them a drop-in run of 10,000 tasks takes ~0.2 s less cpu in pmc's ranks.
-# - MPIR_CVAR_NOLOCAL=1 (MPICH): no shared-memory segment between the ranks of a host.
-#   Setting it up ends in a barrier where MPICH waits by calling sched_yield in a loop;
-#   ranks reach MPI_Init at different moments (the slowest one is still importing), and
-#   on a kernel with autogroup, where each rank is a scheduling group of its own, the
-#   waiting ranks keep their whole share of the cores from the late one. A one-task
-#   run of 3 ranks on 2 cores: 20,000-210,000 sched_yield calls, 0.38 s of wall and
-#   0.65 s of cpu; 0.32 s and 0.52 s without the segment. Messages between ranks of one
-#   host (pmc's go through sockets unless --no-host-sockets) then go through the
-#   network layer, which has shared-memory transports of its own (UCX, libfabric).
-# They are taken back out of the environment once MPI has started, so tasks (MPI
-# programs among them) start with the user's environment as it was.
-_MPI_SETTINGS = {"UCX_MEM_EVENTS": "no", "MPIR_CVAR_NOLOCAL": "1"}
-_added = [name for name in _MPI_SETTINGS if name not in os.environ]
-os.environ.update({name: _MPI_SETTINGS[name] for name in _added})
+_added = mpi_settings(os.environ)  # taken back out once MPI has started
+os.environ.update(_added)
 try:
     from mpi4py import MPI  # importing it initialises MPI
 finally:
