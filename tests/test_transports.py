@@ -46,7 +46,7 @@ def _gather(t: LocalMaster, tag: int, ranks: set[int], timeout: float = 60.0
     return got
 
 
-# -- stream framing ---------------------------------------------------------------------
+# -- pmc's MPI settings -----------------------------------------------------------------
 
 
 HYDRA_ONE_HOST = {"PMI_RANK": "0", "PMI_SIZE": "3", "PMI_FD": "9", "MPI_LOCALNRANKS": "3"}
@@ -69,6 +69,9 @@ SLURM_PMI2 = {"PMI_RANK": "0", "PMI_SIZE": "3", "PMI_FD": "9", "PMI_JOBID": "17.
 def test_pmc_mpi_settings_by_launcher(environ: dict[str, str],
                                       settings: dict[str, str]) -> None:
     assert mpi_settings(environ) == settings
+
+
+# -- stream framing ---------------------------------------------------------------------
 
 
 def test_unframe_keeps_partial_messages() -> None:
