@@ -16,12 +16,12 @@ imports this module, where structlog's import cost ~0.05 s of cpu.
 from __future__ import annotations
 
 import atexit
-import json
+import functools
 import sys
 import threading
 import time
 import weakref
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from typing import IO, Any
 
 from pmc import log
@@ -77,7 +77,13 @@ class _Writer:
     debug = info = warning = error = critical = msg
 
 
-ENCODE = json.JSONEncoder(separators=(",", ":"), default=str, ensure_ascii=False).encode
+@functools.cache
+def json_encoder() -> Callable[[Any], str]:
+    """What writes each JSON log line's object. ``json`` is imported at the first call:
+    every rank runs this module, and a text log needs none."""
+    import json
+
+    return json.JSONEncoder(separators=(",", ":"), default=str, ensure_ascii=False).encode
 
 
 def render_json(_logger: Any, method: str, ed: MutableMapping[str, Any]) -> str:
@@ -85,9 +91,9 @@ def render_json(_logger: Any, method: str, ed: MutableMapping[str, Any]) -> str:
     ts = ed.pop("timestamp", None)
     lvl = ed.pop("level", None)
     event = ed.pop("event")
-    return ENCODE({"timestamp": time.time() if ts is None else ts,
-                   "level": lvl or ("warn" if method == "warning" else method),
-                   "event": event, **ed})
+    return json_encoder()({"timestamp": time.time() if ts is None else ts,
+                           "level": lvl or ("warn" if method == "warning" else method),
+                           "event": event, **ed})
 
 
 def _render_text(logger: Any, method: str, ed: MutableMapping[str, Any]) -> str:
@@ -104,6 +110,8 @@ def _text_value(v: object) -> str:
     if isinstance(v, float):
         return f"{v:.3f}"
     if isinstance(v, str) and (" " in v or not v):
+        import json  # rare: not worth an import on every rank
+
         return json.dumps(v)
     return str(v)
 

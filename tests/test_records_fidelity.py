@@ -9,9 +9,14 @@ files on from what is there.
 from __future__ import annotations
 
 import re
+import time
+from datetime import datetime
 from pathlib import Path
 
+import pytest
 from pmctest import pmc, write_dag
+
+from pmc.core import records as record_format
 
 RECORD = re.compile(r"^\[cluster-task name=(\w+), .*status=(\d+), app=", re.M)
 
@@ -95,3 +100,22 @@ def test_per_task_stdio_takes_the_next_free_number(tmp_path: Path) -> None:
         text = (tmp_path / f"A.out.{n}").read_text()
         assert text.startswith("run\n[cluster-task name=A,") and text.count("\n") == 2
         assert (tmp_path / f"A.err.{n}").read_text() == "err\n"
+
+
+@pytest.mark.parametrize("zone", ["UTC0", "IST-5:30", "NST+3:30", "CET-1CEST,M3.5.0,M10.5.0/3",
+                                  "LMT-0:19:32"])
+def test_record_start_times_are_local_isoformat_with_milliseconds(
+        zone: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A record's start="..." is the local time as datetime's isoformat writes it, to the
+    millisecond, with the zone's offset (minutes and, where a zone has them, seconds)."""
+    monkeypatch.setenv("TZ", zone)
+    time.tzset()
+    monkeypatch.setattr(record_format, "_second", [None, "", ""])
+    try:
+        for t in (0.0, 1_700_000_000.1234, 1_750_000_000.9999996, 1_711_846_799.5,
+                  1_729_990_800.25, 2_000_000_000.0005):
+            want = datetime.fromtimestamp(t).astimezone().isoformat(timespec="milliseconds")
+            assert record_format.iso_time(t) == want, (zone, t)
+    finally:
+        monkeypatch.undo()
+        time.tzset()

@@ -6,10 +6,12 @@ a worker rank, the DAG reader on a worker), while ``pmc --help`` and JSON logs w
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from pmctest import DIAMOND, MPIEXEC, clean_env, pmc, write_dag
 
 # Runs the command line as ``python -m pmc`` does, then says which of these it imported.
@@ -57,6 +59,34 @@ def test_worker_ranks_import_no_master_side(tmp_path: Path) -> None:
     # Nor the DAG reader: a worker splits commands (pmc.dag.words), it reads no DAG.
     assert said == ["rank 0 imported pmc.dag.reader,pmc.runtime.master",
                     "rank 1 imported none", "rank 2 imported none"]
+
+
+# What pmc itself imports, without ``site``: the .pth files of an environment (an editable
+# install's finder, a certificate hook) import much of the standard library first. Each
+# module here costs a rank 2-10 ms of cpu at start, and none is needed by a text-mode run
+# of a small DAG: the worker ranks import none of them, the master only json (its status
+# file).
+OWN_PROBE = PROBE.replace(
+    'WATCH = ("pmc.adapters", "jsonschema", "structlog", "pmc.runtime.master", "pmc.dag.reader")',
+    'WATCH = ("dataclasses", "inspect", "secrets", "hashlib", "subprocess", "json", "datetime")')
+
+
+def test_ranks_import_no_more_of_the_standard_library_than_they_use(tmp_path: Path) -> None:
+    if MPIEXEC is None:
+        pytest.skip("mpiexec not installed")
+    import mpi4py
+
+    import pmc
+
+    dag = write_dag(tmp_path / "d.dag", DIAMOND)
+    paths = [str(Path(m.__file__).parent.parent) for m in (pmc, mpi4py)]
+    env = clean_env(PYTHONPATH=os.pathsep.join(paths))
+    r = subprocess.run([MPIEXEC, "-n", "3", sys.executable, "-S", "-c", OWN_PROBE, "pegasus",
+                        "-s", dag.name], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    said = sorted(line for line in r.stdout.splitlines() if line.startswith("rank "))
+    assert said == ["rank 0 imported json", "rank 1 imported none", "rank 2 imported none"]
 
 
 def test_json_logs_still_written(tmp_path: Path) -> None:

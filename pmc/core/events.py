@@ -9,9 +9,9 @@ observers that override it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pmc.core.protocol import TaskResult
 from pmc.dag import Task
@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from pmc.core.resources import Host
 
 
-@dataclass
-class RunInfo:
+# NamedTuples, as RunOptions (pmc.options): no ``dataclasses`` import on the master's start.
+class RunInfo(NamedTuple):
     dag_path: str
     tasks: int
     recovered: int  # already DONE from the rescue log
@@ -40,8 +40,7 @@ class RunInfo:
     memory_limits: str = ""
 
 
-@dataclass
-class Summary:
+class Summary(NamedTuple):
     ok: bool
     outcome: str  # "succeeded", "failed", "incomplete"
     reason: str
@@ -62,7 +61,7 @@ class Summary:
     workers: int
     makespan: float
     held: int = 0
-    per_host_runtime: dict[str, float] = field(default_factory=dict)
+    per_host_runtime: Mapping[str, float] = MappingProxyType({})
     # As the reference's [cluster-summary] counts them: tries sent to workers, and tries
     # that failed, retried or not (``submitted``/``failed`` above count tasks).
     tries_submitted: int = 0

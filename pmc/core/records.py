@@ -9,7 +9,7 @@ field. The files written through a run (jobstate.log, DAG.dagman.out, DAG.resour
 from __future__ import annotations
 
 import math
-from datetime import datetime
+import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -30,9 +30,18 @@ def iso_time(t: float) -> str:
     key = int(whole)
     cache = _second
     if cache[0] != key:
-        text = datetime.fromtimestamp(key).astimezone().isoformat()
-        cache[:] = [key, text[:19], text[19:]]
+        local = time.localtime(key)
+        cache[:] = [key, time.strftime("%Y-%m-%dT%H:%M:%S", local), _zone(local.tm_gmtoff)]
     return f"{cache[1]}.{us // 1000:03d}{cache[2]}"
+
+
+def _zone(offset: int) -> str:
+    """A UTC offset in seconds as ``isoformat`` writes it: ``+01:00``, ``-03:30``, with
+    seconds only when it has some (old local mean times)."""
+    sign = "-" if offset < 0 else "+"
+    hours, rest = divmod(abs(offset), 3600)
+    minutes, seconds = divmod(rest, 60)
+    return f"{sign}{hours:02d}:{minutes:02d}" + (f":{seconds:02d}" if seconds else "")
 
 
 def cluster_task_record(

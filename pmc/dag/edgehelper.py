@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import gc
 import struct
-import subprocess
 import sys
 from array import array
 from typing import IO
@@ -65,6 +64,8 @@ class EdgeHelper:
     """The parser's handle on a running helper."""
 
     def __init__(self, path: str, size: int, chunk: int) -> None:
+        import subprocess  # here: a DAG too small for a helper (most) never needs it
+
         self.size = size
         self.proc = subprocess.Popen(
             python_command("pmc.dag.edgehelper", path, str(size), str(chunk)),

@@ -11,7 +11,7 @@ be had is a ``FatalError`` raised before anything runs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from pmc import log
 from pmc.core.events import Observer
@@ -24,8 +24,7 @@ from pmc.outputs.status import StatusFile
 from pmc.outputs.tally import Tally
 
 
-@dataclass
-class Outputs:
+class Outputs(NamedTuple):
     """A run's observers, and its progress line (stopped by the caller when the
     workflow's loop ends, before the end-of-run lines), if it has one."""
 

@@ -20,7 +20,6 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from typing import Any
 
 from pmc.core.events import Observer, RunInfo, Summary
@@ -34,7 +33,7 @@ _FLUSH_EVERY = 0.25  # seconds between flushes of buffered task events
 _HOLD_MAX = 2048  # task events held back before they are rendered anyway
 _RENDER_AT = 64  # ... or at the end of a turn of the master's loop
 
-# What logsetup.ENCODE writes for a str (ensure_ascii=False). For an int it writes
+# What logsetup's json_encoder writes for a str (ensure_ascii=False). For an int it writes
 # int.__repr__, for a finite float float.__repr__, for None null: the direct task event
 # lines below rely on that, and check the types first (anything else takes the structlog
 # renderer's path, ``_rendered``).
@@ -164,7 +163,8 @@ class EventLog(Observer):
             self.out.render_pending()
 
     def finished(self, summary: Summary) -> None:
-        fields = asdict(summary)
+        fields = summary._asdict()
+        fields["per_host_runtime"] = dict(summary.per_host_runtime)
         fields.update(summary_figures(summary))
         self.emit("workflow.finished", dag=self.dag, **fields)
         self.out.flush()
@@ -226,7 +226,7 @@ def _started_line(ev: tuple[Any, ...]) -> str:
 
 
 def _num(v: object) -> str | None:
-    """A float or None as logsetup.ENCODE writes it; None if it is neither (or not
+    """A float or None as logsetup's json_encoder writes it; None if it is neither (or not
     finite)."""
     if v is None:
         return "null"

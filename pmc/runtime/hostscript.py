@@ -4,13 +4,16 @@ to its timeout, then SIGALRM), its process group killed at the end of the run.""
 from __future__ import annotations
 
 import signal
-import subprocess
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from pmc import log
 from pmc.runtime.guard import Guard
 from pmc.runtime.launch import KILL_GRACE, group_alive, signal_group
+
+if TYPE_CHECKING:
+    import subprocess
 
 
 class HostScript:
@@ -25,6 +28,8 @@ class HostScript:
             hostname: str) -> tuple[bool, str]:
         """Start the script and wait for it to exit 0 (SIGALRM after ``timeout`` s, or
         when ``stop_asked()``: the run is stopping). (ok, the message for the master)."""
+        import subprocess  # here: a run without a host script never needs it
+
         path = self.path
         rank = self.rank
         log.debug(f"Worker {rank}: Launching host script {path}")

@@ -18,10 +18,9 @@ import os
 import resource
 import select
 import signal
-import subprocess
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pmc import log
 from pmc.core import protocol
@@ -50,6 +49,9 @@ from pmc.runtime.taskio import (
     remove_forward_files,
     tail,
 )
+
+if TYPE_CHECKING:
+    import subprocess
 
 KILL_GRACE = 3.0  # seconds between SIGTERM and SIGKILL of a task's process group
 _FORWARD_FD_BASE = 100
@@ -406,6 +408,8 @@ def _spawn(r: Running, path: str | None, argv: list[str], env: dict[str, str], o
     """Start the task's process in its own process group (same session); ``path``: the
     file to run, None for argv[0] searched in PATH."""
     if preexec:
+        import subprocess  # only here: a worker whose tasks need none saves its import
+
         r.popen = subprocess.Popen(
             argv, executable=path, env=env, stdin=subprocess.DEVNULL, stdout=out_fd,
             stderr=err_fd,

@@ -13,13 +13,16 @@ import os
 import select
 import selectors
 import socket
-import subprocess
 import time
+from typing import TYPE_CHECKING
 
 from pmc.core.protocol import Message
 from pmc.pychild import python_command
 from pmc.transport import TransportError
 from pmc.transport.stream import RECV, Conn, frame
+
+if TYPE_CHECKING:
+    import subprocess
 
 
 class LocalMaster:
@@ -39,6 +42,10 @@ class LocalMaster:
             self._start(rank)
 
     def _start(self, rank: int) -> None:
+        # Imported by the master alone: an MPI worker rank imports this module for
+        # LocalWorker, and needs no subprocess.
+        import subprocess
+
         mine, theirs = socket.socketpair()
         try:
             proc = subprocess.Popen(
@@ -145,6 +152,8 @@ def _exits_by(proc: subprocess.Popen[bytes], deadline: float) -> bool:
     try:
         fd = os.pidfd_open(proc.pid)
     except OSError:  # no pidfds (before Linux 5.3)
+        import subprocess
+
         try:
             proc.wait(max(0.0, deadline - time.monotonic()))
             return True
