@@ -90,18 +90,10 @@ def _nvidia_proc(root: str) -> list[Gpu] | None:
     return [Gpu(str(i), _pci_numa(root, n)) for i, n in enumerate(names)]
 
 
-def _which(name: str, path: str) -> str | None:
-    """The first executable file ``name`` in the directories of ``path``, as
-    ``shutil.which`` finds it (whose import, ~3 ms, every worker would pay at start)."""
-    for d in path.split(os.pathsep):
-        exe = join(d or os.curdir, name)
-        if os.path.isfile(exe) and os.access(exe, os.X_OK):
-            return exe
-    return None
-
-
 def _nvidia_smi(env: Mapping[str, str]) -> list[Gpu] | None:
-    exe = _which("nvidia-smi", env.get("PATH", os.defpath))
+    import shutil
+
+    exe = shutil.which("nvidia-smi", path=env.get("PATH", os.defpath))
     if exe is None:
         return None
     import subprocess  # only where there is an nvidia-smi to run
