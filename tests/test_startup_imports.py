@@ -6,7 +6,6 @@ a worker rank, the DAG reader on a worker), while ``pmc --help`` and JSON logs w
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -32,9 +31,10 @@ sys.exit(entry(sys.argv[2:]))
 """
 
 
-def probe(args: list[str], cwd: Path, mpi: int = 0) -> subprocess.CompletedProcess[str]:
+def probe(args: list[str], cwd: Path, mpi: int = 0,
+          program: str = PROBE) -> subprocess.CompletedProcess[str]:
     launch = [MPIEXEC, "-n", str(mpi)] if mpi and MPIEXEC else []
-    return subprocess.run([*launch, sys.executable, "-c", PROBE, *args], cwd=cwd,
+    return subprocess.run([*launch, sys.executable, "-c", program, *args], cwd=cwd,
                           env=clean_env(), capture_output=True, text=True, timeout=120)
 
 
@@ -61,32 +61,35 @@ def test_worker_ranks_import_no_master_side(tmp_path: Path) -> None:
                     "rank 1 imported none", "rank 2 imported none"]
 
 
-# What pmc itself imports, without ``site``: the .pth files of an environment (an editable
-# install's finder, a certificate hook) import much of the standard library first. Each
-# module here costs a rank 2-10 ms of cpu at start, and none is needed by a text-mode run
-# of a small DAG: the worker ranks import none of them, the master only json (its status
-# file).
+# Standard modules each of which costs a rank 2-10 ms of cpu at start, and none of which a
+# text-mode run of a small DAG needs: the worker ranks import none of them, the master only
+# json (its status file). Counted beyond what the interpreter alone has imported by then:
+# an environment's .pth files (an editable install's finder, a certificate hook) may
+# import some of them before any pmc code runs.
+STDLIB_WATCH = ("dataclasses", "inspect", "secrets", "hashlib", "subprocess", "json",
+                "datetime")
 OWN_PROBE = PROBE.replace(
     'WATCH = ("pmc.adapters", "jsonschema", "structlog", "pmc.runtime.master", "pmc.dag.reader")',
-    'WATCH = ("dataclasses", "inspect", "secrets", "hashlib", "subprocess", "json", "datetime")')
+    f"WATCH = {STDLIB_WATCH!r}")
 
 
 def test_ranks_import_no_more_of_the_standard_library_than_they_use(tmp_path: Path) -> None:
     if MPIEXEC is None:
         pytest.skip("mpiexec not installed")
-    import mpi4py
-
-    import pmc
-
+    bare = subprocess.run(
+        [sys.executable, "-c",
+         f"import sys; print(*(m for m in {STDLIB_WATCH!r} if m in sys.modules))"],
+        env=clean_env(), capture_output=True, text=True, timeout=60, check=True)
+    before = set(bare.stdout.split())
     dag = write_dag(tmp_path / "d.dag", DIAMOND)
-    paths = [str(Path(m.__file__).parent.parent) for m in (pmc, mpi4py)]
-    env = clean_env(PYTHONPATH=os.pathsep.join(paths))
-    r = subprocess.run([MPIEXEC, "-n", "3", sys.executable, "-S", "-c", OWN_PROBE, "pegasus",
-                        "-s", dag.name], cwd=tmp_path, env=env, capture_output=True,
-                       text=True, timeout=120)
+    r = probe(["pegasus", "-s", dag.name], tmp_path, mpi=3, program=OWN_PROBE)
     assert r.returncode == 0, r.stderr
-    said = sorted(line for line in r.stdout.splitlines() if line.startswith("rank "))
-    assert said == ["rank 0 imported json", "rank 1 imported none", "rank 2 imported none"]
+    added = {}
+    for line in r.stdout.splitlines():
+        if line.startswith("rank "):
+            _, rank, _, names = line.split()
+            added[rank] = set(names.split(",")) - before - {"none"}
+    assert added == {"0": {"json"} - before, "1": set(), "2": set()}, (added, before)
 
 
 def test_json_logs_still_written(tmp_path: Path) -> None:
