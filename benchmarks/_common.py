@@ -224,6 +224,21 @@ def mpiexec() -> str:
     return found
 
 
+# MPI's start and stop of Python ranks with the settings pmc starts MPI with
+# (pmc.transport.mpisettings), and no pmc code besides: what any run of this many ranks
+# under mpiexec pays here before and after its own work.
+MPI_CONTROL = ("import os; from pmc.transport.mpisettings import mpi_settings; "
+               "os.environ.update(mpi_settings(os.environ)); from mpi4py import MPI")
+
+
+def mpi_control(workers: int, tree: Path = REPO) -> tuple[float, float]:
+    """(cpu, wall) seconds of ``mpiexec -n W+1 python -c MPI_CONTROL``."""
+    c0, t0 = children_cpu(), time.monotonic()
+    subprocess.run([mpiexec(), "-n", str(workers + 1), PYTHON, "-c", MPI_CONTROL],
+                   env=pmc_env(tree), check=True, timeout=300)
+    return children_cpu() - c0, time.monotonic() - t0
+
+
 @functools.cache
 def hydra_binding(workers: int) -> str:
     """MPICH hydra's ``-bind-to`` list for rank 0 on every cpu and worker k on cpu k-1

@@ -7,9 +7,10 @@ A one-task DAG (``/bin/true``) run as users start it: ``mpiexec -n W+1
 pegasus-mpi-cluster -s -o /dev/null -e /dev/null`` ("dropin", no binding flags),
 ``mpiexec -n W+1 python -m pmc run --mpi`` ("mpi") and ``python -m pmc run --local
 --workers W`` ("local"); and, as the bound of the MPI modes, ``mpiexec -n W+1 python -c
-"from mpi4py import MPI"`` ("mpi4py": the interpreters, ``MPI_Init`` and
-``MPI_Finalize``, no pmc). What such a run costs is what every run pays besides its
-tasks: interpreters, imports, ``MPI_Init``, the hand-shake and the way out. Each round
+"from mpi4py import MPI"`` with the settings pmc starts MPI with ("mpi4py": the
+interpreters, ``MPI_Init`` and ``MPI_Finalize``, no pmc; ``_common.MPI_CONTROL``). What
+such a run costs is what every run pays besides its tasks: interpreters, imports,
+``MPI_Init``, the hand-shake and the way out. Each round
 runs every tree and mode once, by turns, so that the machine's drift falls on all
 alike; reported per mode and tree: the median (and range) of the cpu seconds of every
 process of the run (``RUSAGE_CHILDREN``, the launcher and the task included) and of
@@ -25,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from _common import PYTHON, children_cpu, machine, median, mpiexec, workdir
+from _common import PYTHON, children_cpu, machine, median, mpi_control, mpiexec, workdir
 
 
 def _env(tree: Path) -> dict[str, str]:
@@ -42,8 +43,8 @@ def one(tree: Path, mode: str, dag: Path, workers: int) -> tuple[float, float]:
     if mode == "dropin":
         cmd = [mpiexec(), "-n", str(workers + 1), str(Path(PYTHON).parent / "pegasus-mpi-cluster"),
                "-s", "-o", os.devnull, "-e", os.devnull, str(dag)]
-    elif mode == "mpi4py":  # no pmc: what any Python MPI program pays here
-        cmd = [mpiexec(), "-n", str(workers + 1), PYTHON, "-c", "from mpi4py import MPI"]
+    elif mode == "mpi4py":
+        return mpi_control(workers, tree)
     elif mode == "mpi":
         cmd = [mpiexec(), "-n", str(workers + 1), PYTHON, "-m", "pmc", "run", "--mpi", "-q",
                "-s", "-o", os.devnull, str(dag)]

@@ -25,6 +25,12 @@ adds runs with PMC's one-task-per-free-slot dispatch.
 Beside the rates, the cpu per task of every process of a run (floor: the loop and its
 tasks; pmc: launcher, master, workers and tasks). With the cores busy the ratio follows
 the cpu ratio, which moves less from minute to minute than the rates do.
+
+Where pmc runs under ``mpiexec``, each round also times MPI's own start and stop of as
+many Python ranks, with the settings pmc starts MPI with and no pmc code
+(``_common.MPI_CONTROL``), and each such case shows its ceiling: the end-to-end ratio of
+a run that ran its tasks exactly at the floor's rate and added nothing to that start
+and stop, tasks / floor rate / (tasks / floor rate + their median wall).
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from _common import (
     PmcRun,
     machine,
     median,
+    mpi_control,
     run_pmc,
     scaled_layers,
     workdir,
@@ -143,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     cpu_ratios: dict[str, list[float]] = {label: [] for label, *_ in cases}
     floors: list[float] = []
     floor_cpus: list[float] = []
+    mpi_modes = {"dropin", "mpi", "mpi-bound", "mpi-nosock"}
+    controls: list[float] = []  # wall seconds of MPI's start and stop alone
 
     def run_floor() -> float:
         f_rate = floor.run(args.tasks, args.slots, args.program)
@@ -153,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
 
     for rnd in range(1, args.rounds + 1):
         f_before = run_floor()
+        if mpi_modes & set(modes):
+            controls.append(mpi_control(args.slots, trees[-1][1])[1])
+            print(f"round {rnd}: MPI start and stop alone {controls[-1]:.3f} s")
         for label, shape, mode, extra, tree in cases:
             path, n = dags[shape]
             try:
@@ -179,11 +191,19 @@ def main(argv: list[str] | None = None) -> int:
                   f"(end to end {n / r.wall:6.0f}/s, {r.wall:.1f} s, ratio {e2e[label][-1]:.2f})")
     print()
     print(f"floor cpu per task (median): {median(floor_cpus):.0f} µs")
+    ceilings: dict[str, float] = {}
+    if controls:
+        print(f"MPI start and stop alone (median): {median(controls):.3f} s")
+        for label, shape, mode, _extra, _tree in cases:
+            if mode in mpi_modes:
+                at_floor = dags[shape][1] / median(floors)
+                ceilings[label] = at_floor / (at_floor + median(controls))
     print(f"{'case':34s} {'median rate':>12s} {'median ratio':>13s} {'best ratio':>11s} "
-          f"{'end to end':>11s} {'cpu µs/task':>12s} {'cpu ratio':>10s}")
+          f"{'end to end':>11s} {'ceiling':>8s} {'cpu µs/task':>12s} {'cpu ratio':>10s}")
     for label in ratios:
+        ceiling = f"{ceilings[label]:8.2f}" if label in ceilings else f"{'-':>8s}"
         print(f"{label:34s} {median(rates[label]):10.0f}/s {median(ratios[label]):13.2f} "
-              f"{max(ratios[label]):11.2f} {median(e2e[label]):11.2f} "
+              f"{max(ratios[label]):11.2f} {median(e2e[label]):11.2f} {ceiling} "
               f"{median(cpus[label]):12.0f} {median(cpu_ratios[label]):10.2f}")
     obs_note = ""
     if obs:
@@ -193,7 +213,9 @@ def main(argv: list[str] | None = None) -> int:
         cost = 1 - median([o / b for o, b in zip(ratios[obs], ratios[base], strict=True)])
         obs_note = f"; observability cost {cost * 100:.1f}%"
     summary = ", ".join(f"{label} {median(ratios[label]):.2f} (end to end "
-                        f"{median(e2e[label]):.2f}, cpu {median(cpu_ratios[label]):.2f})"
+                        f"{median(e2e[label]):.2f}"
+                        + (f" of ceiling {ceilings[label]:.2f}" if label in ceilings else "")
+                        + f", cpu {median(cpu_ratios[label]):.2f})"
                         for label in ratios if label != obs)
     print(f"SUMMARY throughput: floor {median(floors):.0f}/s ({floor.kind}); ratio to floor: "
           f"{summary}{obs_note}")

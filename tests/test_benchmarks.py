@@ -73,6 +73,9 @@ def test_throughput_smoke(tmp_path: Path) -> None:
     if "mpi" in modes:
         assert "independent/mpi-nosock" in out and "layered/mpi " in out
         assert "independent/mpi-bound" in out and "layered/dropin" in out
+        # MPI's start and stop alone, each round, and each MPI case's ceiling from it
+        assert out.count("MPI start and stop alone") == 2  # the round, the median
+        assert "layered/dropin 0." in out and "of ceiling 0." in out
     assert "end to end" in out
 
 

@@ -5,6 +5,7 @@ the MPI transport itself under ``mpiexec`` (through MPI only, and through host s
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -19,8 +20,9 @@ from pmctest import MPIEXEC, clean_env
 from pmc import log
 from pmc.core import protocol
 from pmc.core.protocol import WorkerConfig
+from pmc.runtime import worker
 from pmc.transport import TransportError
-from pmc.transport.local import LocalMaster, LocalWorker
+from pmc.transport.local import Forked, LocalMaster, LocalWorker, Serve, forks
 from pmc.transport.mpisettings import mpi_settings
 from pmc.transport.stream import RECV, frame, unframe
 
@@ -161,10 +163,60 @@ def test_local_master_reports_a_lost_worker(tmp_path: Path) -> None:
         t.close()
 
 
-def test_a_worker_tells_the_master_why_it_failed(tmp_path: Path) -> None:
+def _comm(pid: int) -> str:
+    with open(f"/proc/{pid}/comm") as f:
+        return f.read().strip()
+
+
+def test_forked_workers_hold_only_their_own_socket(tmp_path: Path) -> None:
+    """Workers forked from the master (as ``pmc run`` starts them): named pmc-worker-R,
+    each in a process group of its own, and none holds another's socket: once the
+    master's end of worker 1's pair closes, worker 1 leaves, though worker 2 (forked
+    after the pair was made) lives on."""
+    assert forks(), "a thread of an earlier test still runs"
+    t = LocalMaster(2, env=clean_env(), serve=worker.serve)
+    try:
+        assert all(isinstance(p, Forked) for p in t.procs.values())
+        for rank in (1, 2):
+            t.send(rank, (protocol.CONFIG, protocol.VERSION, _config(tmp_path)))
+        hellos = _gather(t, protocol.HELLO, {1, 2})
+        for rank, proc in t.procs.items():
+            assert hellos[rank][6] == proc.pid
+            assert _comm(proc.pid) == f"pmc-worker-{rank}"
+            assert os.getpgid(proc.pid) == proc.pid
+        conn = t.conns.pop(1)  # as if the master were gone, for worker 1
+        t.sel.unregister(conn.sock)
+        conn.sock.close()
+        assert t.procs[1].wait(30) == 1
+        assert t.procs[2].poll() is None
+        t.send(2, (protocol.SHUTDOWN,))
+        _gather(t, protocol.BYE, {2})
+    finally:
+        t.close()
+    assert t.procs[2].returncode == 0
+
+
+def test_what_the_master_wrote_before_the_fork_comes_out_once(tmp_path: Path) -> None:
+    """A program that runs a workflow through pmc's entry after writing to a piped (so
+    block-buffered) stdout: the forked workers do not write that text again."""
+    dag = tmp_path / "d.dag"
+    dag.write_text("TASK a /bin/echo from-the-task\n")
+    program = ("import sys; sys.stdout.write('written before the run\\n'); "
+               "from pmc.commands.cli import main; sys.exit(main(sys.argv[1:]))")
+    env = clean_env()
+    env.pop("PYTHONUNBUFFERED", None)
+    r = subprocess.run([sys.executable, "-c", program, "run", "--workers", "2", "d.dag"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("written before the run") == 1, r.stdout
+    assert r.stdout.count("from-the-task") == 1, r.stdout
+
+
+@pytest.mark.parametrize("serve", [None, worker.serve], ids=["fresh", "forked"])
+def test_a_worker_tells_the_master_why_it_failed(tmp_path: Path, serve: Serve | None) -> None:
     """Its loop dies of an unexpected exception: WORKER_FAILED with the traceback, then a
     non-zero exit."""
-    t = LocalMaster(1, env=clean_env())
+    t = LocalMaster(1, env=clean_env(), serve=serve)
     try:
         # A task whose spec is not a TaskSpec: the worker's loop cannot handle it.
         t.send(1, (protocol.CONFIG, protocol.VERSION, _config(tmp_path)))

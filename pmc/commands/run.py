@@ -103,16 +103,17 @@ def _leave_mpi(code: int) -> int:
 
 def _run_local(opts: RunOptions, observers: list[Observer]) -> int:
     from pmc.dag.edgehelper import MIN_BYTES
-    from pmc.transport.local import LocalMaster
+    from pmc.transport.local import LocalMaster, forks
 
     n = opts.workers or os.cpu_count() or 1
-    workers = Workers(lambda: LocalMaster(n))
+    workers = Workers(lambda: LocalMaster(n, serve=_serve_forked))
     try:
-        # The workers' interpreters and imports (~0.1 s of wall before the first task)
-        # overlap the master's own and the reading of the DAG, as MPI's ranks do, when
-        # the master reads it alone. A file big enough for the edge helper keeps the
-        # other core busy: they start once it is read, beside the master's one-core work.
-        if _size(opts.dag) < MIN_BYTES:
+        # Started before the DAG is read, so that their start overlaps the master's, as
+        # MPI's ranks do. Forked from this process (local.forks), they import the
+        # worker's modules and wait for their configuration. Fresh Pythons would spend
+        # ~60 ms of cpu each on their start: a DAG file big enough for the edge helper
+        # keeps the other core busy, and then they start once it is read.
+        if forks() or _size(opts.dag) < MIN_BYTES:
             workers.started()
         return _run_master(opts, observers, workers, "local")
     except FatalError as e:
@@ -120,6 +121,15 @@ def _run_local(opts: RunOptions, observers: list[Observer]) -> int:
         return ExitCode.FAILED
     finally:
         workers.release()
+
+
+def _serve_forked(fd: int, rank: int, size: int) -> int:
+    """A forked worker's entry. It imports the worker's modules itself: beside the
+    master, which imports its own and reads the DAG meanwhile, and on a core the master
+    leaves idle, rather than in the master before the fork."""
+    from pmc.runtime import worker
+
+    return worker.serve(fd, rank, size)
 
 
 def _size(path: str) -> int:

@@ -448,18 +448,11 @@ def _install_term(worker: Worker) -> dict[int, Any]:
     return prev
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry of an embedded-mode worker process, started by the local transport as
-    ``--fd N --rank R --size S`` (parsed by hand: argparse would add ~15 ms to the start
-    of every worker, which the run waits for)."""
-    args = sys.argv[1:] if argv is None else argv
-    try:
-        opts = dict(zip(args[::2], map(int, args[1::2]), strict=True))
-        fd, rank, size = opts["--fd"], opts["--rank"], opts["--size"]
-    except (KeyError, ValueError):
-        print(f"usage: pmc-worker --fd N --rank R --size S (got {' '.join(args)})",
-              file=sys.stderr)
-        return 2
+def serve(fd: int, rank: int, size: int) -> int:
+    """An embedded worker's whole life on its end (``fd``) of the master's socket pair,
+    in a process forked from the master or a fresh one (``main``). Returns the exit
+    code."""
+    _name_process(rank)
     from pmc.transport.local import LocalWorker
 
     transport = LocalWorker(fd, rank, size)
@@ -469,6 +462,32 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         transport.close()
+
+
+def _name_process(rank: int) -> None:
+    """``pmc-worker-R`` (R its rank) in ``ps -o comm`` and top, whether forked from the
+    master (which would leave the master's name) or a fresh Python. The kernel keeps
+    15 bytes of it."""
+    try:
+        with open("/proc/self/comm", "w") as f:
+            f.write(f"pmc-worker-{rank}")
+    except OSError:
+        pass  # no /proc: the name is all it costs
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry of an embedded-mode worker started as a fresh Python by the local transport,
+    as ``--fd N --rank R --size S`` (parsed by hand: argparse would add ~15 ms to the
+    start of every worker, which the run waits for)."""
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        opts = dict(zip(args[::2], map(int, args[1::2]), strict=True))
+        fd, rank, size = opts["--fd"], opts["--rank"], opts["--size"]
+    except (KeyError, ValueError):
+        print(f"usage: pmc-worker --fd N --rank R --size S (got {' '.join(args)})",
+              file=sys.stderr)
+        return 2
+    return serve(fd, rank, size)
 
 
 if __name__ == "__main__":

@@ -32,10 +32,21 @@ def proc_stat(pid: int) -> tuple[int, int, int] | None:
 
 
 def is_worker(pid: int, master: int) -> bool:
-    """A worker of ``master``: its direct child running pmc.runtime.worker. (A task between fork
-    and exec still shows its worker's command line, one level further down.)"""
+    """A worker of ``master``: its direct child named pmc-worker-R. (A task between fork
+    and exec still has its worker's name, one level further down.)"""
     st = proc_stat(pid)
-    return st is not None and st[0] == master and "pmc.runtime.worker" in cmdline(pid)
+    return st is not None and st[0] == master and worker_rank(pid) is not None
+
+
+def worker_rank(pid: int) -> int | None:
+    """The rank in an embedded worker's name (``ps -o comm``: pmc-worker-R), else None."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            name = f.read().strip()
+    except OSError:
+        return None
+    prefix = "pmc-worker-"
+    return int(name[len(prefix):]) if name.startswith(prefix) else None
 
 
 def all_pids() -> list[int]:
@@ -232,8 +243,7 @@ class PeakRss:
             pids = {"master": self.root}
             for pid in descendants(self.root):
                 if is_worker(pid, self.root):
-                    argv = cmdline(pid)
-                    pids[f"worker {argv.split('--rank ')[1].split()[0]}"] = pid
+                    pids[f"worker {worker_rank(pid)}"] = pid
             for role, pid in pids.items():
                 try:
                     self.peaks[role] = max(self.peaks.get(role, 0), status_kb(pid, "VmHWM"))

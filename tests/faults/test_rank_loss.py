@@ -33,6 +33,7 @@ from faultkit import (
     start,
     wait_for,
     wait_gone,
+    worker_rank,
 )
 from pmctest import MPIEXEC, clean_env, rescue_done
 
@@ -198,7 +199,7 @@ def test_embedded_killed_worker_is_replaced(tmp_path: Path, marker: str) -> None
     names = write_dag(tmp_path, marker, 40)
     proc = start(pmc_argv(["run", "--workers", "3", "w.dag"]), tmp_path)
     wait_for(lambda: len(lines(tmp_path / "ran.log")) >= 4, 60, "tasks running")
-    victim = [p for p in all_pids() if is_worker(p, proc.pid) and "--rank 1 " in cmdline(p)]
+    victim = [p for p in all_pids() if is_worker(p, proc.pid) and worker_rank(p) == 1]
     assert len(victim) == 1
     t0 = time.monotonic()
     os.kill(victim[0], signal.SIGKILL)

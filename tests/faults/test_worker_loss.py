@@ -26,6 +26,7 @@ from faultkit import (
     start,
     wait_for,
     wait_gone,
+    worker_rank,
 )
 from pmctest import rescue_done
 
@@ -49,8 +50,7 @@ def lines(path: Path) -> list[str]:
 
 def worker_pid(master: int, rank: int) -> int:
     for pid in descendants(master):
-        argv = cmdline(pid)
-        if is_worker(pid, master) and f"--rank {rank} " in argv:
+        if is_worker(pid, master) and worker_rank(pid) == rank:
             return pid
     raise AssertionError(f"no worker {rank} under {master}")
 
