@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from pmc import log, logsetup
 from pmc.errors import ExitCode, FatalError, Interrupted
 from pmc.options import RunOptions
-from pmc.runtime.workers import Workers
+from pmc.runtime.workers import Workers, serve_forked
 
 if TYPE_CHECKING:
     # The master's side is imported where the master is made (below): a worker rank,
@@ -106,7 +106,7 @@ def _run_local(opts: RunOptions, observers: list[Observer]) -> int:
     from pmc.transport.local import LocalMaster, forks
 
     n = opts.workers or os.cpu_count() or 1
-    workers = Workers(lambda: LocalMaster(n, serve=_serve_forked))
+    workers = Workers(lambda: LocalMaster(n, serve=serve_forked))
     try:
         # Started before the DAG is read, so that their start overlaps the master's, as
         # MPI's ranks do. Forked from this process (local.forks), they import the
@@ -121,15 +121,6 @@ def _run_local(opts: RunOptions, observers: list[Observer]) -> int:
         return ExitCode.FAILED
     finally:
         workers.release()
-
-
-def _serve_forked(fd: int, rank: int, size: int) -> int:
-    """A forked worker's entry. It imports the worker's modules itself: beside the
-    master, which imports its own and reads the DAG meanwhile, and on a core the master
-    leaves idle, rather than in the master before the fork."""
-    from pmc.runtime import worker
-
-    return worker.serve(fd, rank, size)
 
 
 def _size(path: str) -> int:

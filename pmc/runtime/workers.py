@@ -1,5 +1,6 @@
 """``Workers``: the run's workers until the master takes them over (``pmc.commands.run``
-holds them from before the DAG is read)."""
+holds them from before the DAG is read); ``serve_forked``, the entry of an embedded
+worker forked from the master."""
 
 from __future__ import annotations
 
@@ -44,3 +45,12 @@ class Workers:
             except TransportError:
                 pass  # gone already: nothing to tell it
         t.close()
+
+
+def serve_forked(fd: int, rank: int, size: int) -> int:
+    """A forked embedded worker's entry (``pmc.transport.local``). It imports the
+    worker's modules itself, beside the master, which imports its own and reads the DAG
+    meanwhile, on a core the master leaves idle: not in the master before the fork."""
+    from pmc.runtime import worker
+
+    return worker.serve(fd, rank, size)
