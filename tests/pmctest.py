@@ -28,6 +28,15 @@ def find_mpiexec() -> str | None:
 MPIEXEC = find_mpiexec()
 
 
+def comm(pid: int) -> str:
+    """The process's name (``ps -o comm``), "" if it is gone."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
 def clean_env(**extra: str) -> dict[str, str]:
     """The environment a user's shell would give pmc: no launcher variables from outside."""
     env = {k: v for k, v in os.environ.items()

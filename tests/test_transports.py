@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from pmctest import MPIEXEC, clean_env
+from pmctest import MPIEXEC, clean_env, comm
 
 from pmc import log
 from pmc.core import protocol
@@ -163,11 +163,6 @@ def test_local_master_reports_a_lost_worker(tmp_path: Path) -> None:
         t.close()
 
 
-def _comm(pid: int) -> str:
-    with open(f"/proc/{pid}/comm") as f:
-        return f.read().strip()
-
-
 def test_forked_workers_hold_only_their_own_socket(tmp_path: Path) -> None:
     """Workers forked from the master (as ``pmc run`` starts them): named pmc-worker-R,
     each in a process group of its own, and none holds another's socket: once the
@@ -182,7 +177,7 @@ def test_forked_workers_hold_only_their_own_socket(tmp_path: Path) -> None:
         hellos = _gather(t, protocol.HELLO, {1, 2})
         for rank, proc in t.procs.items():
             assert hellos[rank][6] == proc.pid
-            assert _comm(proc.pid) == f"pmc-worker-{rank}"
+            assert comm(proc.pid) == f"pmc-worker-{rank}"
             assert os.getpgid(proc.pid) == proc.pid
         conn = t.conns.pop(1)  # as if the master were gone, for worker 1
         t.sel.unregister(conn.sock)

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from fakes import InstantWorkers
-from pmctest import clean_env, pmc, pmc_mpi, write_dag
+from pmctest import clean_env, comm, pmc, pmc_mpi, write_dag
 
 from pmc.core.events import Observer
 from pmc.dag import parse_dag
@@ -43,14 +43,6 @@ def _tree(root: int) -> dict[int, tuple[int, int, int]]:
                 out[pid] = st
                 todo.append(pid)
     return out
-
-
-def _comm(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
 
 
 def _cmdline(pid: int) -> str:
@@ -104,7 +96,7 @@ def test_everything_stays_in_the_jobs_session(tmp_path: Path) -> None:
                 break
             time.sleep(0.05)
         assert len(tasks) == 2, (tmp_path / "run.out").read_text()
-        workers = [p for p in tree if tree[p][0] == proc.pid and _comm(p).startswith("pmc-worker-")]
+        workers = [p for p in tree if tree[p][0] == proc.pid and comm(p).startswith("pmc-worker-")]
         guards = [p for p in tree if "pmc/runtime/guard.py" in _cmdline(p)]
         service = [int(p) for p in os.listdir("/proc") if p.isdigit()
                    and tag in _cmdline(int(p))]

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
-from pmctest import MPIEXEC, clean_env
+from pmctest import MPIEXEC, clean_env, comm
 
 
 def proc_stat(pid: int) -> tuple[int, int, int] | None:
@@ -40,11 +40,7 @@ def is_worker(pid: int, master: int) -> bool:
 
 def worker_rank(pid: int) -> int | None:
     """The rank in an embedded worker's name (``ps -o comm``: pmc-worker-R), else None."""
-    try:
-        with open(f"/proc/{pid}/comm") as f:
-            name = f.read().strip()
-    except OSError:
-        return None
+    name = comm(pid)
     prefix = "pmc-worker-"
     return int(name[len(prefix):]) if name.startswith(prefix) else None
 
@@ -134,15 +130,6 @@ def rank_keepers(launcher_pid: int) -> dict[int, int]:
         if st is not None and comm(st[0]) == "pmc-keeper":
             out[rank] = st[0]
     return out
-
-
-def comm(pid: int) -> str:
-    """The process's name (``ps -o comm``), "" if it is gone."""
-    try:
-        with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
 
 
 def status_kb(pid: int, field: str) -> int:
