@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from pmc import log, logsetup
 from pmc.errors import ExitCode, FatalError, Interrupted
 from pmc.options import RunOptions
+from pmc.process import flush_stdio
 from pmc.runtime.workers import Workers, serve_forked
 
 if TYPE_CHECKING:
@@ -92,11 +93,7 @@ def _leave_mpi(code: int) -> int:
     from pmc.transport.mpi import peer_lost
 
     if peer_lost():
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
+        flush_stdio()
         os._exit(code)
     return code
 

@@ -37,14 +37,14 @@ from __future__ import annotations
 import gc
 import os
 import signal
-import sys
 from collections.abc import Mapping
+
+from pmc.process import flush_stdio, set_name
 
 # The rank as launchers give it before MPI starts: Hydra and Slurm's PMI (PMI_RANK),
 # PMIx (PMIX_RANK), Open MPI (OMPI_COMM_WORLD_RANK), srun (SLURM_PROCID).
 _RANK_ENV = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
 _PR_SET_PDEATHSIG = 1
-_PR_SET_NAME = 15
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
              signal.SIGUSR2, signal.SIGALRM, signal.SIGCONT, signal.SIGTSTP,
              signal.SIGTTIN, signal.SIGTTOU, signal.SIGWINCH)
@@ -69,11 +69,7 @@ def keep(env: Mapping[str, str] = os.environ) -> None:
     rank = launcher_rank(env)
     if rank is None or rank == 0:
         return
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()  # or the child would write it again
-        except (OSError, ValueError):
-            pass
+    flush_stdio()  # or the child would write it again
     keeper = os.getpid()
     # What exists now stays as long as the rank: out of the collector's way, its pages
     # are not copied for the rank by the first collection's writes.
@@ -92,18 +88,8 @@ def keep(env: Mapping[str, str] = os.environ) -> None:
     # The parent: the signals stay blocked until its handlers are in place. It leaves
     # without Python's finalisation, which would put the default actions back: Hydra's
     # SIGUSR1 at another rank's end would then kill it, a death by a signal again.
-    _name_keeper()
+    set_name("pmc-keeper")  # not a second copy of the rank's name
     os._exit(_keeper(pid))
-
-
-def _name_keeper() -> None:
-    """``pmc-keeper`` in ps -o comm and top, not a second copy of the rank's name."""
-    import ctypes
-
-    try:
-        ctypes.CDLL(None).prctl(_PR_SET_NAME, b"pmc-keeper", 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
 
 
 def _follow(keeper: int) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 from pmc import log
 from pmc.core import protocol
 from pmc.core.protocol import TaskSpec, WorkerConfig
+from pmc.process import set_name
 from pmc.runtime.hostinfo import (
     clear_affinity,
     cpu_sockets,
@@ -452,7 +453,8 @@ def serve(fd: int, rank: int, size: int) -> int:
     """An embedded worker's whole life on its end (``fd``) of the master's socket pair,
     in a process forked from the master or a fresh one (``main``). Returns the exit
     code."""
-    _name_process(rank)
+    # Forked from the master, it would show the master's name; fresh, the interpreter's.
+    set_name(f"pmc-worker-{rank}")
     from pmc.transport.local import LocalWorker
 
     transport = LocalWorker(fd, rank, size)
@@ -462,17 +464,6 @@ def serve(fd: int, rank: int, size: int) -> int:
         return 1
     finally:
         transport.close()
-
-
-def _name_process(rank: int) -> None:
-    """``pmc-worker-R`` (R its rank) in ``ps -o comm`` and top, whether forked from the
-    master (which would leave the master's name) or a fresh Python. The kernel keeps
-    15 bytes of it."""
-    try:
-        with open("/proc/self/comm", "w") as f:
-            f.write(f"pmc-worker-{rank}")
-    except OSError:
-        pass  # no /proc: the name is all it costs
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,9 +28,10 @@ import socket
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NoReturn, TextIO
+from typing import TYPE_CHECKING, NoReturn
 
 from pmc.core.protocol import Message
+from pmc.process import flush_stdio
 from pmc.pychild import python_command
 from pmc.transport import TransportError
 from pmc.transport.stream import RECV, Conn, frame
@@ -88,8 +89,7 @@ class LocalMaster:
 
     def _fork(self, rank: int, mine: socket.socket, theirs: socket.socket) -> Forked:
         assert self.serve is not None
-        for stream in (sys.stdout, sys.stderr):
-            _flush(stream)  # else the child would write what waits in them again
+        flush_stdio()
         pid = os.fork()
         if pid == 0:
             # The master's ends of this pair and of the earlier workers' pairs: a worker
@@ -251,17 +251,8 @@ def _forked_worker(serve: Serve, sock: socket.socket, rank: int, size: int,
 
         traceback.print_exc()
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            _flush(stream)
+        flush_stdio()
         os._exit(code)
-
-
-def _flush(stream: TextIO | None) -> None:
-    if stream is not None:  # None: started without one
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass  # closed, or its reader gone
 
 
 def _exits_by(proc: subprocess.Popen[bytes] | Forked, deadline: float) -> bool:
