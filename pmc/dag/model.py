@@ -184,9 +184,10 @@ class Task:
     @property
     def pegasus_id(self) -> str | None:
         """SEQ of the task's "#@ SEQ TRANSFORMATION DAX_ID" line, if it has one."""
-        try:
-            pegasus: str | int = self._pegasus
-        except AttributeError:  # the slot of a task without one is never set
+        # The slot of a task without one is never set. getattr's default, not a
+        # try/except: a Python-level exception per dispatched task cost 0.4 µs.
+        pegasus: str | int | None = getattr(self, "_pegasus", None)
+        if pegasus is None:
             return None
         # The parser keeps a plain decimal SEQ as its distance from the id: Pegasus
         # numbers a cluster's tasks 1, 2, 3... in order, so that is one small int Python
