@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import cast
 
 import pytest
 from pmctest import DIAMOND, clean_env, pmc, pmc_mpi, rescue_done, write_dag
@@ -406,6 +407,53 @@ def test_resource_log(tmp_path: Path) -> None:
     assert lines[0].split(",")[1:4] == ["2", "4", "100"]
     assert lines[-1].split(",")[1:4] == ["2", "4", "100"]
     assert any(line.split(",")[2] in ("1", "2") for line in lines), "busy cpus are shown"
+
+
+def test_resource_log_has_a_line_per_change_with_its_values(tmp_path: Path) -> None:
+    """Each change of a host's free resources is one line with the values it had then,
+    in order: across many turns and to the end of the run, and in a run closed without
+    an end."""
+    from pmc.core.events import RunInfo, Summary
+    from pmc.core.resources import Resources
+    from pmc.outputs.recordfiles import ResourceLog
+
+    res = Resources()
+    workers = [res.add_worker(rank, f"node{rank % 3}", 64, 1000, 8) for rank in range(1, 7)]
+    info = RunInfo(dag_path="w.dag", tasks=0, recovered=0, workers=6, slots=48, cpus=192,
+                   hosts=[], start=0.0, mode="local")
+
+    def churn(log: ResourceLog, changes: int) -> list[str]:
+        expected = []
+        for i in range(changes):
+            w = workers[i * 7 % len(workers)]
+            if i % 2 == 0 and w.free_slots:
+                res.allocate(w, 1 + i % 3, 10)
+            elif w.free_slots < w.slots:
+                res.release(w, 1, 10)
+            h = w.host
+            log.host_changed(h)
+            expected.append(f"{h.free_slots},{h.free_cpus},{h.free_memory},{h.name}")
+            if i % 1000 == 999:
+                log.flush()  # the end of a turn
+        return expected
+
+    log = ResourceLog(str(tmp_path / "a.dag"))
+    log.started(info)
+    expected = churn(log, 25_000)
+    log.finished(cast(Summary, None))
+    log.close()
+    lines = (tmp_path / "a.dag.resource").read_text().splitlines()
+    assert [line.split(",", 1)[1] for line in lines] == expected
+    times = [float(line.split(",", 1)[0]) for line in lines]
+    assert times == sorted(times)
+    assert all(re.fullmatch(r"\d+\.\d{6}", line.split(",", 1)[0]) for line in lines)
+
+    log = ResourceLog(str(tmp_path / "b.dag"))  # stopped: closed, never finished
+    log.started(info)
+    expected = churn(log, 10)
+    log.close()
+    lines = (tmp_path / "b.dag.resource").read_text().splitlines()
+    assert [line.split(",", 1)[1] for line in lines] == expected
 
 
 def test_no_resource_log(tmp_path: Path) -> None:

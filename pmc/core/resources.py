@@ -168,9 +168,15 @@ class FreeHosts:
     nothing fits costs one look at the root. A host taking a task or getting one back
     is only marked; the marked leaves are brought up to date before the next search, so
     a round of results costs one update per host, not per task. Positions only grow:
-    when they run out, the hosts present are packed to the left in their order."""
+    when they run out, the hosts present are packed to the left in their order.
 
-    __slots__ = ("cpus", "dirty", "front", "hosts", "memory", "next", "size")
+    Between two gains (a host getting cpus or memory back: ``gained``) no host can come
+    to fit a request that it did not fit, except one joining at the end: the host a
+    search found stays the first that fits the same request for as long as it fits it.
+    So a round of dispatch, which only takes, goes down the tree once per request and
+    host filled, not once per task (``hint``)."""
+
+    __slots__ = ("cpus", "dirty", "front", "hint", "hosts", "memory", "next", "size")
 
     def __init__(self) -> None:
         self.size = 4  # leaves, a power of two
@@ -180,6 +186,9 @@ class FreeHosts:
         self.next = 0  # the next position to hand out
         self.front = 0  # no host left of it
         self.dirty: set[int] = set()  # positions whose leaf is out of date
+        # (cpus, memory) -> the position of the first host that fitted it, no host left of
+        # it fitting since (forgotten at every gain and every packing).
+        self.hint: dict[tuple[int, int], int] = {}
 
     def add(self, host: Host) -> None:
         """``host`` got a free slot (it had none): last in the order."""
@@ -197,6 +206,13 @@ class FreeHosts:
         self.hosts[pos] = None
         self.dirty.add(pos)
 
+    def gained(self, host: Host) -> None:
+        """``host`` got cpus or memory back."""
+        if host.pos >= 0:
+            self.dirty.add(host.pos)
+        if self.hint:
+            self.hint.clear()  # a host left of a hint may fit its request now
+
     def first(self, cpus: int, memory: int) -> Host | None:
         """The first host with ``cpus`` free cpus and ``memory`` MB free, or None."""
         hosts = self.hosts
@@ -209,6 +225,12 @@ class FreeHosts:
             assert host is not None
             if host.free_cpus >= cpus and host.free_memory >= memory:
                 return host  # the usual case, without the tree
+        key = (cpus, memory)
+        pos = self.hint.get(key, -1)
+        if pos >= 0:
+            host = hosts[pos]
+            if host is not None and host.free_cpus >= cpus and host.free_memory >= memory:
+                return host
         if self.dirty:
             self._update()
         tc = self.cpus
@@ -235,6 +257,7 @@ class FreeHosts:
                 i |= 1
                 if tc[i] >= cpus and tm[i] >= memory:
                     break
+        self.hint[key] = i - size
         return hosts[i - size]
 
     def _update(self) -> None:
@@ -276,6 +299,7 @@ class FreeHosts:
             self.hosts[pos] = host
         self.next = len(present)
         self.front = 0
+        self.hint.clear()
         tc = self.cpus = [-1] * (2 * size)
         tm = self.memory = [-1] * (2 * size)
         for pos, host in enumerate(present):
@@ -471,8 +495,8 @@ class Resources:
                 h.free_memory += extra_memory
                 if ids:
                     h.give_gpus(ids)
-                if h.pos >= 0:
-                    self.free_hosts.dirty.add(h.pos)
+                if extra_cpus or extra_memory:
+                    self.free_hosts.gained(h)
         host = worker.host
         host.free_cpus += cpus
         host.free_memory += memory
@@ -483,5 +507,5 @@ class Resources:
             if worker.free_slots == 1:
                 host.idle[worker] = None
                 self._has_free_slot(host)
-        if host.pos >= 0 and (cpus or memory):
-            self.free_hosts.dirty.add(host.pos)
+        if cpus or memory:
+            self.free_hosts.gained(host)
