@@ -392,6 +392,17 @@ def test_unicode_spaces_are_part_of_names_and_arguments(tmp_path: Path) -> None:
     assert edges(dag) == [("A\u00a0B", "C"), ("C", "D\x0bE")]
 
 
+def test_command_after_an_odd_blank_is_read_as_words_are(tmp_path: Path) -> None:
+    # A vertical tab or form feed is inside a record's field but splits a command's
+    # words: a command of nothing else has no executable, and an option after one is
+    # an option, as on a line without it.
+    error(tmp_path, "TASK A \x0b\n", 1, "no executable")
+    error(tmp_path, "TASK A \x0c\x0b\x0c\n", 1, "no executable")
+    dag = parse(tmp_path, "TASK A \x0b-m 5 /bin/true x\n")
+    assert dag.tasks[0].memory == 5
+    assert split_command(dag.tasks[0].command) == ["/bin/true", "x"]
+
+
 def test_unicode_space_does_not_separate_fields(tmp_path: Path) -> None:
     error(tmp_path, "TASK A a\nTASK B b\nEDGE A\u00a0B\n", 3, "EDGE needs")
     error(tmp_path, "TASK\u3000A a\n", 1, "unknown record type")

@@ -20,7 +20,10 @@ from pmc.dag.graph import build_dag
 from pmc.dag.lines import edge_ids, is_plain, read_blocks, reason, show, split_fields
 from pmc.dag.model import DAG, DEFAULT_OPTIONS, DagError, Task, TaskOptions, new_task
 from pmc.dag.taskline import SIMPLE_OPTIONS, option_values, parse_task, pegasus_seq
-from pmc.dag.words import has_quoting
+from pmc.dag.words import SPACE, has_quoting
+
+_SIMPLE_OPTIONS = SIMPLE_OPTIONS.match
+_NOT_CMD = "- \t\r"  # what a command cannot start with ("" is in it too: no command)
 
 # Distinct option texts and values kept and shared: "-p" with a number per task is
 # common. Past this many, a task with options no line before had gets a TaskOptions of
@@ -83,30 +86,13 @@ def _start_helper(path: str, f: BinaryIO) -> edgehelper.EdgeHelper | None:
 
 
 def _parse(path: str, f: BinaryIO, helper: edgehelper.EdgeHelper | None = None) -> DAG:
-    tasks: list[Task] = []
-    index: dict[str, int] = {}
-    # "I", not "i": array("i") converts every item through PyArg_Parse, several times
-    # slower than the unsigned types (a million edges make three million appends).
-    parents = array("I")
-    children = array("I")
-    edge_lines = array("I")
-    add_task = tasks.append
-    add_parent = parents.append
-    add_child = children.append
-    add_line = edge_lines.append
-    pegasus: str | int | None = None
-    last_command = ""
-    known: dict[object, TaskOptions] = {}  # option text (and TaskOptions) -> shared TaskOptions
-    last_prefix = "\n"  # the option text of the last line that had some (no line has this)
-    last_options = DEFAULT_OPTIONS
-    cut = 1
-    simple_options = SIMPLE_OPTIONS.match
-    backward = False
+    reader = _Reader(path)
+    take = reader.take
     split = -1  # the byte offset from which EDGE lines are the helper's; -1: none are
-    theirs = False  # are this block's EDGE lines the helper's?
     nlines = 0
     for offset, before, data, lines in read_blocks(path, f, _CHUNK):
         nlines = before + len(lines)
+        theirs = False  # are this block's EDGE lines the helper's?
         if helper is not None:
             if split < 0 and b"EDGE" in data:
                 split = helper.split_offset(offset)
@@ -114,7 +100,57 @@ def _parse(path: str, f: BinaryIO, helper: edgehelper.EdgeHelper | None = None) 
             if theirs and data.startswith(b"EDGE ") + data.count(b"\nEDGE ") == len(lines):
                 continue  # nothing but the helper's EDGE lines
         quoting = b"'" in data or b'"' in data or b"\\" in data
-        plain = is_plain(data)
+        take(before, lines, is_plain(data), quoting, theirs)
+    parents, children, edge_lines = reader.parents, reader.children, reader.edge_lines
+    backward = reader.backward
+    if split >= 0:
+        assert helper is not None
+        # The helper's edges follow every one of ours in the file.
+        ours = len(parents)
+        theirs_backward = helper.result(nlines, len(reader.tasks), parents, children)
+        if theirs_backward is None:
+            raise _HelperFailed
+        # Their line numbers would only be shown in an error, and an error makes
+        # parse_dag parse again alone.
+        edge_lines.frombytes(bytes(4 * (len(parents) - ours)))
+        backward = backward or theirs_backward
+    return build_dag(path, reader.tasks, reader.index, parents, children, edge_lines, backward)
+
+
+class _Reader:
+    """What the lines read so far have made: tasks, their index by name, edges (the
+    line numbers beside them), the Pegasus id waiting for the next TASK line.
+
+    ``take`` reads a block of lines at a time, its state in local variables while it
+    does: the loop over a million lines is the parse's cost, and every attribute or
+    call inside it would be paid per line."""
+
+    __slots__ = ("backward", "children", "edge_lines", "index", "last_command", "options",
+                 "parents", "path", "pegasus", "tasks")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.tasks: list[Task] = []
+        self.index: dict[str, int] = {}
+        # "I", not "i": array("i") converts every item through PyArg_Parse, several times
+        # slower than the unsigned types (a million edges make three million appends).
+        self.parents = array("I")
+        self.children = array("I")
+        self.edge_lines = array("I")
+        self.backward = False  # an edge to a task defined earlier: only such can close a cycle
+        self.pegasus: str | int | None = None
+        self.last_command = ""
+        self.options = _SharedOptions()
+
+    def take(self, before: int, lines: list[str], plain: bool, quoting: bool,
+             theirs: bool) -> None:
+        """Read ``lines`` from line ``before + 1`` on (``plain``: is_plain vouches for them;
+        ``quoting``: they may quote; ``theirs``: their EDGEs are the edge helper's)."""
+        path, tasks, index, shared = self.path, self.tasks, self.index, self.options
+        add_task, add_parent = tasks.append, self.parents.append
+        add_child, add_line = self.children.append, self.edge_lines.append
+        pegasus, last_command, backward = self.pegasus, self.last_command, self.backward
+        prefix, cut, last_options = shared.prefix, shared.cut, shared.last
         for lineno, line in enumerate(lines, before + 1):
             # At most three fields: the rest of a TASK line is its command, kept as
             # written; the rest of an EDGE line must be exactly one name.
@@ -126,18 +162,12 @@ def _parse(path: str, f: BinaryIO, helper: edgehelper.EdgeHelper | None = None) 
                 if theirs:
                     continue
                 try:
-                    p = index[parts[1]]
-                    c = index[parts[2]]
+                    p, c = index[parts[1]], index[parts[2]]
                 except (KeyError, IndexError):
                     p, c = edge_ids(path, lineno, line, index)
                 if p >= c:
                     if p == c:
-                        raise DagError(
-                            path,
-                            lineno,
-                            f"self edge: task {parts[1]!r} cannot depend on itself: {show(line)}",
-                        )
-                    # Only an edge to a task defined earlier can close a cycle.
+                        raise _self_edge(path, lineno, line, parts[1])
                     backward = True
                 add_parent(p)
                 add_child(c)
@@ -145,66 +175,33 @@ def _parse(path: str, f: BinaryIO, helper: edgehelper.EdgeHelper | None = None) 
             elif kind == "TASK":
                 tid = len(tasks)
                 command = None
-                prefix = None
-                if (
-                    len(parts) == 3
-                    and parts[1][0] != "-"
-                    and not (quoting and has_quoting(parts[2]))
-                ):
+                if len(parts) == 3 and parts[1][0] != "-" and not (quoting
+                                                                  and has_quoting(parts[2])):
                     rest = parts[2]
-                    if rest[0] != "-":
+                    if rest[0] != "-" and (plain or rest[0] not in SPACE):
                         # The common line: no options, no quotes. (split_fields leaves no
                         # trailing blank; rstrip() would also take Unicode spaces.)
                         command = rest.rstrip() if plain else rest
                         options = DEFAULT_OPTIONS
-                    elif (
-                        plain
-                        and rest.startswith(last_prefix)
-                        and rest[cut : cut + 1] not in "- \t\r"  # "" is in it too
-                    ):
-                        # The same options as the last line that had some.
-                        command = rest[cut:].rstrip()
+                    elif plain and rest.startswith(prefix) and rest[cut : cut + 1] not in _NOT_CMD:
+                        command = rest[cut:].rstrip()  # the options of the last line with some
                         options = last_options
-                    elif plain and (m := simple_options(rest)) is not None:
-                        # Options as planners write them, the same on many lines
-                        # ("-m 1 -c 1"): parsed once, then shared; whole numbers here,
-                        # the rest by parse_task (below).
-                        prefix = m.group()
-                        found = known.get(prefix)
-                        if found is None and (found := option_values(prefix)) is not None:
-                            # Equal options, one object; a new text is kept while
-                            # there is room ("-p 17" on one line, "-p 18" on the next).
-                            found = known.get(found, found)
-                            if len(known) < _KNOWN_OPTIONS:
-                                known[prefix] = known[found] = found
-                        if found is not None:
-                            command = rest[m.end() :].rstrip()
-                            options = last_options = found
-                            last_prefix = prefix
-                            cut = len(prefix)
+                    elif plain:
+                        command, options = shared.split(rest)
+                        prefix, cut, last_options = shared.prefix, shared.cut, shared.last
                 if command is not None:
                     # Generated DAGs often repeat one command: keep one copy of a run.
                     if command == last_command:
                         command = last_command
                     last_command = command
-                    # Task(tid, parts[1], command, line=lineno), made without calling
-                    # the class: in Python 3.11 that call costs three times these lines.
+                    # Not Task(...): in Python 3.11 the call costs three times these lines.
                     task = new_task(Task)
-                    task.id = tid
-                    task.name = parts[1]
-                    task.command = command
-                    task._line_after_id = lineno - tid
-                    task._options = options
+                    task.id, task.name, task.command = tid, parts[1], command
+                    task._line_after_id, task._options = lineno - tid, options
                 else:
                     task = parse_task(path, lineno, line, parts, tid)
-                    if prefix is not None and len(known) < _KNOWN_OPTIONS:
-                        # The options came from the prefix alone: the command starts
-                        # right after it. Equal options, one object.
-                        found = known[prefix] = known.get(task._options, task._options)
-                        known[task._options] = found
-                        task._options = last_options = found
-                        last_prefix = prefix
-                        cut = len(prefix)
+                    if shared.waiting is not None and shared.learn(task):
+                        prefix, cut, last_options = shared.prefix, shared.cut, shared.last
                 if pegasus is not None:
                     # A plain decimal SEQ is kept as its distance from the id (see
                     # Task.pegasus_id): one shared small int when SEQ counts with it.
@@ -212,44 +209,91 @@ def _parse(path: str, f: BinaryIO, helper: edgehelper.EdgeHelper | None = None) 
                     task._line_after_id = lineno - 2 * tid  # see Task.line
                     pegasus = None
                 if index.setdefault(task.name, tid) != tid:
-                    first = tasks[index[task.name]].line
-                    raise DagError(
-                        path,
-                        lineno,
-                        f"duplicate task id {task.name!r} (first defined at line {first}): "
-                        f"{show(line)}",
-                    )
+                    raise _duplicate(path, lineno, line, tasks[index[task.name]])
                 add_task(task)
-            elif (
-                kind == "#@"
-                and plain
-                and len(parts) == 3
-                and (" " in (tail := parts[2].rstrip()) or "\t" in tail or "\r" in tail)
-            ):
-                # "#@ SEQ TRANSFORMATION DAX_ID ...", as Pegasus writes it before every
-                # TASK line: in an is_plain block the rest, its trailing blanks cut,
-                # holds two fields or more when it holds a blank. SEQ is an int when it
-                # reads back the same (see Task.pegasus_id); ASCII in such a block.
-                seq = parts[1]
+            elif kind == "#@" and plain and len(parts) == 3 and (
+                " " in (tail := parts[2].rstrip()) or "\t" in tail or "\r" in tail
+            ):  # "#@ SEQ TRANSFORMATION DAX_ID ...": in an is_plain block, two fields or more
+                seq = parts[1]  # an int when it reads back the same (see Task.pegasus_id)
                 pegasus = int(seq) if seq.isdigit() and seq[0] != "0" else seq
             elif kind[0] == "#":
                 if kind.startswith("#@"):
                     pegasus = pegasus_seq(path, lineno, line)
             else:
-                raise DagError(
-                    path,
-                    lineno,
-                    f"unknown record type {show(kind)} (expected TASK or EDGE): {show(line)}",
-                )
-    if split >= 0:
-        assert helper is not None
-        # The helper's edges follow every one of ours in the file.
-        ours = len(parents)
-        theirs_backward = helper.result(nlines, len(tasks), parents, children)
-        if theirs_backward is None:
-            raise _HelperFailed
-        # Their line numbers would only be shown in an error, and an error makes
-        # parse_dag parse again alone.
-        edge_lines.frombytes(bytes(4 * (len(parents) - ours)))
-        backward = backward or theirs_backward
-    return build_dag(path, tasks, index, parents, children, edge_lines, backward)
+                raise _unknown(path, lineno, line, kind)
+        self.pegasus, self.last_command, self.backward = pegasus, last_command, backward
+
+
+class _SharedOptions:
+    """Options as planners write them, the same on many lines (``-m 1 -c 1``): parsed
+    once, then one TaskOptions shared by every line whose option text is equal (or whose
+    options are). Only for lines that ``is_plain`` vouches for."""
+
+    __slots__ = ("cut", "known", "last", "prefix", "waiting")
+
+    def __init__(self) -> None:
+        # option text (and TaskOptions) -> the shared TaskOptions
+        self.known: dict[object, TaskOptions] = {}
+        self.prefix = "\n"  # the option text of the last line that had some (no line has this)
+        self.last = DEFAULT_OPTIONS
+        self.cut = 1
+        self.waiting: str | None = None  # a prefix parse_task is to read (see learn)
+
+    def split(self, rest: str) -> tuple[str | None, TaskOptions]:
+        """The command and options of a TASK line's ``rest`` (after its id) that starts
+        with an option other than the last line's; (None, ...) when ``parse_task`` must
+        read the line."""
+        m = _SIMPLE_OPTIONS(rest)
+        if m is None:
+            return None, DEFAULT_OPTIONS
+        prefix = m.group()
+        known = self.known
+        found = known.get(prefix)
+        if found is None and (found := option_values(prefix)) is not None:
+            # Equal options, one object; a new text is kept while there is room ("-p 17"
+            # on one line, "-p 18" on the next).
+            found = known.get(found, found)
+            if len(known) < _KNOWN_OPTIONS:
+                known[prefix] = known[found] = found
+        if found is None:  # whole numbers only: parse_task reads the rest
+            self.waiting = prefix
+            return None, DEFAULT_OPTIONS
+        self.last = found
+        self.prefix = prefix
+        self.cut = len(prefix)
+        return rest[m.end() :].rstrip(), found
+
+    def learn(self, task: Task) -> bool:
+        """After ``parse_task`` read a line whose options were a prefix alone (the
+        command starts right after it): share its options. Whether the last options
+        changed."""
+        prefix = self.waiting
+        self.waiting = None
+        known = self.known
+        if prefix is None or len(known) >= _KNOWN_OPTIONS:
+            return False
+        found = known[prefix] = known.get(task._options, task._options)
+        known[task._options] = found
+        task._options = self.last = found
+        self.prefix = prefix
+        self.cut = len(prefix)
+        return True
+
+
+def _self_edge(path: str, lineno: int, line: str, name: str) -> DagError:
+    return DagError(
+        path, lineno, f"self edge: task {name!r} cannot depend on itself: {show(line)}"
+    )
+
+
+def _duplicate(path: str, lineno: int, line: str, first: Task) -> DagError:
+    return DagError(
+        path, lineno,
+        f"duplicate task id {first.name!r} (first defined at line {first.line}): {show(line)}",
+    )
+
+
+def _unknown(path: str, lineno: int, line: str, kind: str) -> DagError:
+    return DagError(
+        path, lineno, f"unknown record type {show(kind)} (expected TASK or EDGE): {show(line)}"
+    )

@@ -17,29 +17,13 @@ from __future__ import annotations
 import math
 import re
 import struct
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from pmc.dag.lines import all_fields, show
 from pmc.dag.model import DagError, Task, TaskOptions
 from pmc.dag.words import SPACE, SPACE_RUN, has_quoting, shell_words, split_words
 
-_OPTIONS = {
-    "-m": "memory",
-    "--request-memory": "memory",
-    "-c": "cpus",
-    "--request-cpus": "cpus",
-    "-t": "tries",
-    "--tries": "tries",
-    "-p": "priority",
-    "--priority": "priority",
-    "-f": "pipe",
-    "--pipe-forward": "pipe",
-    "-F": "file",
-    "--file-forward": "file",
-    "--expected-runtime": "runtime",
-    "--request-gpus": "gpus",
-    "--ranks": "ranks",
-    "--ranks-per-host": "ranks_per_host",
-}
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
@@ -86,7 +70,7 @@ def option_values(prefix: str) -> TaskOptions | None:
         value = words[i + 1]
         if not (value.isdigit() and len(value) <= 7):  # ASCII digits in such a block
             return None
-        what = _OPTIONS[words[i]]
+        what = _OPTIONS[words[i]][0]
         if what == "memory":
             memory = int(value)
         elif what == "cpus":
@@ -115,18 +99,27 @@ def parse_task(path: str, lineno: int, line: str, parts: list[str], tid: int) ->
         words, starts = _checked_words(path, lineno, line, rest)
     else:
         words = split_words(rest)
+    where = (path, lineno, line)
+    values, i = _read_options(where, words)
+    if "ranks_per_host" in values:
+        _check_ranks(where, values)
+    if i >= len(words):
+        raise DagError(path, lineno, f"TASK {name} has no executable: {show(line)}")
+    if not words[i]:
+        raise DagError(path, lineno, f"TASK {name} has an empty executable: {show(line)}")
+    return Task(tid, name, _command(rest, words, starts, i), line=lineno, **values)
 
-    memory = 0
-    cpus = 1
-    tries: int | None = None
-    priority = 0
-    runtime: float | None = None
-    gpus = 0
-    ranks = 1
-    per_host = 0
-    ranks_given = False
-    pipes: list[tuple[str, str]] = []
-    files: list[tuple[str, str]] = []
+
+_Where = tuple[str, int, str]  # the file, line number and line an option is read from
+
+
+def _error(where: _Where, message: str) -> DagError:
+    return DagError(where[0], where[1], message)
+
+
+def _read_options(where: _Where, words: list[str]) -> tuple[dict[str, Any], int]:
+    """The options before the executable, as Task's keywords, and the executable's word."""
+    values: dict[str, Any] = {}
     i = 0
     n = len(words)
     while i < n:
@@ -142,88 +135,53 @@ def parse_task(path: str, lineno: int, line: str, parts: list[str], tid: int) ->
         else:
             opt, value = word[:2], word[2:]  # getopt style: -m10
             inline = bool(value)
-        what = _OPTIONS.get(opt)
-        if what is None:
-            raise DagError(path, lineno, f"unknown task option {show(word)}: {show(line)}")
+        option = _OPTIONS.get(opt)
+        if option is None:
+            raise _error(where, f"unknown task option {show(word)}: {show(where[2])}")
         if not inline:
             if i >= n:
-                raise DagError(path, lineno, f"task option {opt} needs a value: {show(line)}")
+                raise _error(where, f"task option {opt} needs a value: {show(where[2])}")
             value = words[i]
             i += 1
-        if what == "memory":
-            memory = _rounded_up(path, lineno, opt, value, "a number of MB >= 0")
-        elif what == "cpus":
-            cpus = _rounded_up(path, lineno, opt, value, "a number of cpus >= 0")
-        elif what == "tries":
-            tries = _integer(path, lineno, opt, value, 0, "a whole number >= 0")
-        elif what == "priority":
-            priority = _integer(path, lineno, opt, value, -_INT64, "a whole number")
-        elif what == "runtime":
-            runtime = _seconds(path, lineno, opt, value)
-        elif what == "gpus":
-            gpus = _integer(path, lineno, opt, value, 0, "a whole number of GPUs >= 0")
-        elif what == "ranks":
-            ranks = _integer(path, lineno, opt, value, 1, "a whole number of ranks >= 1")
-            ranks_given = True
-        elif what == "ranks_per_host":
-            per_host = _integer(path, lineno, opt, value, 1, "a whole number of ranks >= 1")
+        field, read, want, least = option
+        if field in _LISTS:
+            values[field] = (*values.get(field, ()), read(where, opt, value, want, least))
         else:
-            left, eq, right = value.partition("=")
-            if what == "pipe":
-                if not (eq and right and _ENV_NAME.fullmatch(left)):
-                    raise DagError(
-                        path,
-                        lineno,
-                        f"task option {opt} needs VAR=FILE, VAR an environment variable name, "
-                        f"got {show(value)}",
-                    )
-                pipes.append((left, right))
-            else:
-                if not (eq and left and right):
-                    raise DagError(
-                        path, lineno, f"task option {opt} needs SRC=DEST, got {show(value)}"
-                    )
-                files.append((left, right))
+            values[field] = read(where, opt, value, want, least)
+    return values, i
 
-    if per_host:
-        if not ranks_given:
-            raise DagError(path, lineno, f"task option --ranks-per-host needs --ranks: "
-                           f"{show(line)}")
-        if ranks % per_host:
-            raise DagError(path, lineno, f"task option --ranks {ranks} is not a multiple of "
-                           f"--ranks-per-host {per_host}: {show(line)}")
-    if i >= n:
-        raise DagError(path, lineno, f"TASK {name} has no executable: {show(line)}")
-    if not words[i]:
-        raise DagError(path, lineno, f"TASK {name} has an empty executable: {show(line)}")
+
+def _check_ranks(where: _Where, values: dict[str, Any]) -> None:
+    per_host = values["ranks_per_host"]
+    if "ranks" not in values:
+        raise _error(where, f"task option --ranks-per-host needs --ranks: {show(where[2])}")
+    if values["ranks"] % per_host:
+        raise _error(where, f"task option --ranks {values['ranks']} is not a multiple of "
+                            f"--ranks-per-host {per_host}: {show(where[2])}")
+
+
+def _command(rest: str, words: list[str], starts: list[int] | None, i: int) -> str:
+    """The command as written, from the executable (word ``i``) on; ``starts``: where
+    each word starts in ``rest``, when it quotes."""
     if starts is not None:
         command = rest[starts[i] :].lstrip(SPACE)
         trimmed = command.rstrip(SPACE)
-        # "a\ " ends in an escaped space: trimming it would leave a lone backslash.
-        if not trimmed.endswith("\\"):
-            command = trimmed
-    elif i == n - 1:
-        command = words[i]
-    elif i == 0:  # (re.split's maxsplit 0 would split every word)
-        command = rest.strip(SPACE)
-    else:
-        command = SPACE_RUN.split(rest.lstrip(SPACE), i)[i].rstrip(SPACE)
-    return Task(
-        tid,
-        name,
-        command,
-        memory=memory,
-        cpus=cpus,
-        tries=tries,
-        priority=priority,
-        pipe_forwards=tuple(pipes) if pipes else None,
-        file_forwards=tuple(files) if files else None,
-        expected_runtime=runtime,
-        line=lineno,
-        gpus=gpus,
-        ranks=ranks,
-        ranks_per_host=per_host,
-    )
+        # "a\\ " ends in an escaped space: trimming it would leave a lone backslash.
+        return command if trimmed.endswith("\\") else trimmed
+    if i == len(words) - 1:
+        return words[i]
+    if i == 0:  # (re.split's maxsplit 0 would split every word)
+        return rest.strip(SPACE)
+    return SPACE_RUN.split(rest.lstrip(SPACE), i)[i].rstrip(SPACE)
+
+
+def _pair(where: _Where, opt: str, value: str, want: str, least: int) -> tuple[str, str]:
+    """-f VAR=FILE and -F SRC=DEST."""
+    left, eq, right = value.partition("=")
+    if not (eq and left and right) or (opt in ("-f", "--pipe-forward")
+                                       and not _ENV_NAME.fullmatch(left)):
+        raise _error(where, f"task option {opt} needs {want}, got {show(value)}")
+    return left, right
 
 
 def _checked_words(path: str, lineno: int, line: str, text: str) -> tuple[list[str], list[int]]:
@@ -233,16 +191,16 @@ def _checked_words(path: str, lineno: int, line: str, text: str) -> tuple[list[s
         raise DagError(path, lineno, f"{e}: {show(line)}") from None
 
 
-def _integer(path: str, lineno: int, opt: str, value: str, least: int, want: str) -> int:
+def _integer(where: _Where, opt: str, value: str, want: str, least: int) -> int:
     # Not int() alone: it also takes " 5", "5_0" and non-ASCII digits.
     if _INTEGER.fullmatch(value) and len(value) <= 40:
         number = int(value)
         if least <= number <= _INT64:
             return number
-    raise DagError(path, lineno, f"task option {opt} needs {want}, got {show(value)}")
+    raise _error(where, f"task option {opt} needs {want}, got {show(value)}")
 
 
-def _rounded_up(path: str, lineno: int, opt: str, value: str, want: str) -> int:
+def _rounded_up(where: _Where, opt: str, value: str, want: str, least: int) -> int:
     """-m and -c: a decimal number, rounded up to a whole one as the reference does (it
     reads a C float, so "1.00000001" is 1 there and here). Unlike its sscanf("%f"),
     nothing may follow the number ("1G" is not 1), and nan and inf are refused."""
@@ -256,16 +214,48 @@ def _rounded_up(path: str, lineno: int, opt: str, value: str, want: str) -> int:
         real = _FLOAT32.unpack(_FLOAT32.pack(min(float(value), 1e30)))[0]
         if real >= 0 and (number := math.ceil(real)) <= _INT64:  # -0 is 0, as there
             return number
-    raise DagError(path, lineno, f"task option {opt} needs {want}, got {show(value)}")
+    raise _error(where, f"task option {opt} needs {want}, got {show(value)}")
 
 
-def _seconds(path: str, lineno: int, opt: str, value: str) -> float:
+def _seconds(where: _Where, opt: str, value: str, want: str, least: int) -> float:
     try:
         seconds = float(value)
     except ValueError:
         seconds = math.nan
     if not (math.isfinite(seconds) and seconds >= 0):
-        raise DagError(
-            path, lineno, f"task option {opt} needs a number of seconds >= 0, got {show(value)}"
-        )
+        raise _error(where, f"task option {opt} needs {want}, got {show(value)}")
     return seconds
+
+
+
+class _Option(NamedTuple):
+    """A task option: the Task keyword it sets, the reader of its value, what it wants
+    (said when the value is bad) and the least value a whole number may have."""
+
+    field: str
+    read: Callable[[_Where, str, str, str, int], Any]
+    want: str
+    least: int = 0
+
+
+_MEMORY = _Option("memory", _rounded_up, "a number of MB >= 0")
+_CPUS = _Option("cpus", _rounded_up, "a number of cpus >= 0")
+_TRIES = _Option("tries", _integer, "a whole number >= 0")
+_PRIORITY = _Option("priority", _integer, "a whole number", -_INT64)
+_PIPE = _Option("pipe_forwards", _pair, "VAR=FILE, VAR an environment variable name")
+_FILE = _Option("file_forwards", _pair, "SRC=DEST")
+_RANKS = _Option("ranks", _integer, "a whole number of ranks >= 1", 1)
+_OPTIONS = {
+    "-m": _MEMORY, "--request-memory": _MEMORY,
+    "-c": _CPUS, "--request-cpus": _CPUS,
+    "-t": _TRIES, "--tries": _TRIES,
+    "-p": _PRIORITY, "--priority": _PRIORITY,
+    "-f": _PIPE, "--pipe-forward": _PIPE,
+    "-F": _FILE, "--file-forward": _FILE,
+    # The extensions
+    "--expected-runtime": _Option("expected_runtime", _seconds, "a number of seconds >= 0"),
+    "--request-gpus": _Option("gpus", _integer, "a whole number of GPUs >= 0"),
+    "--ranks": _RANKS,
+    "--ranks-per-host": _RANKS._replace(field="ranks_per_host"),
+}
+_LISTS = frozenset({"pipe_forwards", "file_forwards"})  # given again, added to
