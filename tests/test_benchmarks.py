@@ -112,3 +112,31 @@ def test_startup_smoke(tmp_path: Path) -> None:
     if mpi:
         assert "dropin b cpu" in out and "mpi4py a cpu" in out
     assert (tmp_path / "one.dag").read_text() == "TASK t1 /bin/true\n"
+
+
+def test_shapes_list_schedule_by_hand() -> None:
+    from shapes import Shape, ideals, list_schedule
+
+    # a (1 s) -> b (3 s), c (1 s), d (1 s); c -> e (1 s); one slot free at a time after a.
+    shape = Shape("hand", ["a", "b", "c", "d", "e"], [1.0, 3.0, 1.0, 1.0, 1.0],
+                  [(0, 1), (0, 2), (0, 3), (2, 4)])
+    assert shape.levels() == [1, 2, 2, 2, 3]
+    assert shape.bottom_levels() == [4.0, 3.0, 2.0, 1.0, 1.0]
+    # By DAG order on 2 slots: a; b and c; d at 2 beside b; e at 3 beside b: ends at 4.
+    assert list_schedule(shape, 2, lambda t: t) == 4.0
+    # Last first: d and c (1-2), then e before b: b runs 2-5.
+    assert list_schedule(shape, 2, lambda t: -t) == 5.0
+    # One slot: the sum of the runtimes, whatever the order.
+    assert list_schedule(shape, 1, lambda t: t) == 7.0
+    by_priority, by_path = ideals(shape, 2)
+    assert by_path <= by_priority
+
+
+def test_shapes_longest_path_beats_levels() -> None:
+    from shapes import Shape, ideals
+
+    # Three roots at level 1; the long chain hangs off the last in DAG order.
+    wide = Shape("hand", ["s", "t", "l", "l1"], [2.0, 2.0, 1.0, 4.0], [(2, 3)])
+    # By level the roots go in DAG order (s, t, then l: l1 runs 3-7); by path l first.
+    assert ideals(wide, 2) == (7.0, 5.0)
+    assert ideals(wide, 1) == (9.0, 9.0)  # one slot: all of it, whatever the order

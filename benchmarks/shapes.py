@@ -1,0 +1,273 @@
+"""Workflow shapes: makespan of real workflow shapes against the best schedule possible.
+
+    pip install wfcommons
+    python benchmarks/shapes.py                                  # 8 recipes, 1,000 tasks
+    python benchmarks/shapes.py --recipes montage,cycles --tasks 2000 --work 40 --slots 8
+    python benchmarks/shapes.py --reference /path/to/pegasus-mpi-cluster --rounds 3
+
+Each recipe of WfCommons (montage, epigenomics, seismology, cycles, soykb, genome — the
+1000Genome workflow —, blast, bwa) makes a DAG of about ``--tasks`` tasks, the same one
+for a given ``--seed``. Every task sleeps for its runtime in the recipe, scaled so that
+the whole work is ``--work`` seconds on ``--slots`` slots (the sum of runtimes is work x
+slots); each asks for one cpu, and its priority (``-p``) is its level in the DAG (roots
+are level 1), as Pegasus assigns priorities by level: later tasks first, so that a
+started branch is finished before new ones are opened.
+
+For each DAG the benchmark computes the zero-overhead list schedule: ``--slots`` slots,
+no cost to start, end or hand over a task, and at every moment the free slots take the
+ready tasks in the order pmc's engine takes them (higher priority first, then DAG order).
+Each runner's makespan — the wall time of the whole command, start-up and shutdown
+included — is then given as a ratio to that schedule. With ``--schedule critical-path``
+as a runner's flags, the ideal it is held against is the list schedule that orders by
+the longest remaining path (the task's own runtime and the longest chain of runtimes
+after it), which is also computed and shown.
+
+Runners (``--runners``), in one round each by turns, rounds interleaved:
+- ``embedded``: ``pmc run --workers SLOTS --host-cpus SLOTS`` (no MPI);
+- ``dropin``: ``mpiexec -n SLOTS+1 pegasus-mpi-cluster --host-cpus SLOTS`` (the pip MPI);
+- ``reference``: the reference under ``/usr/bin/mpiexec.openmpi -n SLOTS+1`` (with
+  ``--reference PATH``);
+- ``critical``: embedded with ``--schedule critical-path``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from _common import PYTHON, machine, median, mpiexec, pmc_env, workdir
+
+RECIPES = ("montage", "epigenomics", "seismology", "cycles", "soykb", "genome", "blast", "bwa")
+RUNNERS = ("embedded", "dropin", "reference", "critical")
+OMPI_MPIEXEC = "/usr/bin/mpiexec.openmpi"
+
+
+@dataclass
+class Shape:
+    """A workflow's tasks in DAG order (a topological order), their runtimes in seconds
+    and their edges (parent index, child index)."""
+
+    recipe: str
+    names: list[str]
+    runtimes: list[float]
+    edges: list[tuple[int, int]]
+
+    def children(self) -> list[list[int]]:
+        out: list[list[int]] = [[] for _ in self.names]
+        for p, c in self.edges:
+            out[p].append(c)
+        return out
+
+    def parents(self) -> list[int]:
+        count = [0] * len(self.names)
+        for _, c in self.edges:
+            count[c] += 1
+        return count
+
+    def levels(self) -> list[int]:
+        """1 for a root, else one more than its deepest parent."""
+        level = [1] * len(self.names)
+        children = self.children()
+        for p in range(len(self.names)):  # in topological order
+            for c in children[p]:
+                level[c] = max(level[c], level[p] + 1)
+        return level
+
+    def bottom_levels(self) -> list[float]:
+        """The longest path from each task to an end, its own runtime included."""
+        children = self.children()
+        bottom = list(self.runtimes)
+        for p in reversed(range(len(self.names))):
+            if children[p]:
+                bottom[p] = self.runtimes[p] + max(bottom[c] for c in children[p])
+        return bottom
+
+    def scaled(self, work: float, slots: int) -> Shape:
+        total = sum(self.runtimes)
+        k = work * slots / total if total > 0 else 0.0
+        return Shape(self.recipe, self.names, [round(r * k, 6) for r in self.runtimes],
+                     self.edges)
+
+
+def make_shape(recipe: str, tasks: int, seed: int) -> Shape:
+    """A WfCommons recipe's workflow of about ``tasks`` tasks, in a topological order that
+    keeps the recipe's order where it can."""
+    try:
+        import numpy
+        from wfcommons import WorkflowGenerator
+        from wfcommons.wfchef import recipes
+    except ImportError:
+        sys.exit("shapes.py needs WfCommons: pip install wfcommons")
+    cls = getattr(recipes, recipe.capitalize() + "Recipe")
+    random.seed(seed)
+    numpy.random.seed(seed)
+    wf = WorkflowGenerator(cls.from_num_tasks(tasks)).build_workflow()
+    given = list(wf.nodes)
+    position = {n: i for i, n in enumerate(given)}
+    pending = {n: 0 for n in given}
+    for _, c in wf.edges:
+        pending[c] += 1
+    ready = [position[n] for n in given if pending[n] == 0]
+    heapq.heapify(ready)
+    order: list[str] = []
+    while ready:
+        n = given[heapq.heappop(ready)]
+        order.append(n)
+        for c in wf.successors(n):
+            pending[c] -= 1
+            if pending[c] == 0:
+                heapq.heappush(ready, position[c])
+    index = {n: i for i, n in enumerate(order)}
+    runtimes = [float(wf.nodes[n]["task"].runtime) for n in order]
+    edges = sorted((index[p], index[c]) for p, c in wf.edges)
+    return Shape(recipe, [_name(n) for n in order], runtimes, edges)
+
+
+def _name(node: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "_-." else "_" for ch in node)
+
+
+def write_dag(path: Path, shape: Shape) -> None:
+    levels = shape.levels()
+    with open(path, "w") as f:
+        for name, runtime, level in zip(shape.names, shape.runtimes, levels, strict=True):
+            f.write(f"TASK {name} -p {level} /bin/sleep {runtime:.6f}\n")
+        for p, c in shape.edges:
+            f.write(f"EDGE {shape.names[p]} {shape.names[c]}\n")
+
+
+def list_schedule(shape: Shape, slots: int, key: Callable[[int], object]) -> float:
+    """The makespan of the zero-overhead list schedule on ``slots`` slots, ready tasks
+    taken smallest ``key`` first."""
+    children = shape.children()
+    waiting = shape.parents()
+    ready = [(key(t), t) for t in range(len(shape.names)) if waiting[t] == 0]
+    heapq.heapify(ready)
+    running: list[tuple[float, int]] = []  # (end, task)
+    now = 0.0
+    while ready or running:
+        while ready and len(running) < slots:
+            _, t = heapq.heappop(ready)
+            heapq.heappush(running, (now + shape.runtimes[t], t))
+        now, t = heapq.heappop(running)
+        ended = [t]
+        while running and running[0][0] == now:
+            ended.append(heapq.heappop(running)[1])
+        for t in ended:
+            for c in children[t]:
+                waiting[c] -= 1
+                if waiting[c] == 0:
+                    heapq.heappush(ready, (key(c), c))
+    return now
+
+
+def ideals(shape: Shape, slots: int) -> tuple[float, float]:
+    """(priority-order makespan, longest-path-order makespan)."""
+    levels = shape.levels()
+    bottom = shape.bottom_levels()
+    by_priority = list_schedule(shape, slots, lambda t: (-levels[t], t))
+    by_path = list_schedule(shape, slots, lambda t: (-bottom[t], -levels[t], t))
+    return by_priority, by_path
+
+
+def command(runner: str, dag: Path, slots: int, reference: str | None) -> list[str]:
+    quiet = ["-s", "-o", os.devnull, "-e", os.devnull]
+    if runner in ("embedded", "critical"):
+        extra = ["--schedule", "critical-path"] if runner == "critical" else []
+        return [PYTHON, "-m", "pmc", "run", "--local", "--workers", str(slots), "--host-cpus",
+                str(slots), "-q", "-s", "-o", os.devnull, *extra, str(dag)]
+    if runner == "dropin":
+        return [mpiexec(), "-n", str(slots + 1),
+                str(Path(PYTHON).parent / "pegasus-mpi-cluster"), "--host-cpus", str(slots),
+                *quiet, str(dag)]
+    assert reference is not None
+    return [OMPI_MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-n", str(slots + 1),
+            reference, "--host-cpus", str(slots), *quiet, str(dag)]
+
+
+def run_once(runner: str, dag: Path, slots: int, reference: str | None) -> float:
+    for suffix in (".rescue", ".resource", ".status.json"):
+        Path(f"{dag}{suffix}").unlink(missing_ok=True)
+    env = pmc_env()
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    cmd = command(runner, dag, slots, reference)
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, cwd=dag.parent, env=env, capture_output=True, text=True,
+                          timeout=3600, check=False)
+    wall = time.monotonic() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"{runner} failed ({proc.returncode}): {' '.join(cmd)}\n"
+                           f"{(proc.stdout + proc.stderr)[-3000:]}")
+    return wall
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--recipes", default=",".join(RECIPES))
+    ap.add_argument("--tasks", type=int, default=1000)
+    ap.add_argument("--work", type=float, default=40.0, help="seconds of work per slot")
+    ap.add_argument("--slots", type=int, default=8)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--runners", default="embedded,dropin,reference,critical")
+    ap.add_argument("--reference", help="a build of the reference pegasus-mpi-cluster")
+    ap.add_argument("--keep", help="write the DAGs here (default: a new temporary folder)")
+    ap.add_argument("--ideal-only", action="store_true",
+                    help="compute the schedules, run nothing")
+    args = ap.parse_args(argv)
+    runners = [r for r in args.runners.split(",") if r]
+    if "reference" in runners and not args.reference:
+        runners.remove("reference")
+    unknown = set(runners) - set(RUNNERS) or set(args.recipes.split(",")) - set(RECIPES)
+    if unknown:
+        ap.error(f"unknown: {', '.join(sorted(unknown))}")
+    where = workdir(args.keep)
+    print(f"# machine: {machine()}")
+    print(f"# {args.tasks} tasks a recipe, {args.work:g} s of work on {args.slots} slots, "
+          f"seed {args.seed}, rounds {args.rounds}")
+    dags: dict[str, tuple[Path, float, float, int, int]] = {}
+    for recipe in args.recipes.split(","):
+        shape = make_shape(recipe, args.tasks, args.seed).scaled(args.work, args.slots)
+        path = where / f"{recipe}.dag"
+        write_dag(path, shape)
+        best, best_path = ideals(shape, args.slots)
+        dags[recipe] = (path, best, best_path, len(shape.names), len(shape.edges))
+        print(f"# {recipe}: {len(shape.names)} tasks, {len(shape.edges)} edges, ideal "
+              f"{best:.2f} s by priority, {best_path:.2f} s by longest path", flush=True)
+    walls: dict[tuple[str, str], list[float]] = {}
+    if not args.ideal_only:
+        for _ in range(args.rounds):
+            for recipe, (path, *_rest) in dags.items():
+                for runner in runners:
+                    wall = run_once(runner, path, args.slots, args.reference)
+                    walls.setdefault((recipe, runner), []).append(wall)
+    print(f"{'recipe':<12}{'tasks':>6}{'ideal':>8}{'path':>8}"
+          + "".join(f"{r:>20}" for r in runners))
+    worst: dict[str, float] = {}
+    for recipe, (_, best, best_path, ntasks, _e) in dags.items():
+        cells = []
+        for runner in runners:
+            got = walls.get((recipe, runner))
+            if not got:
+                cells.append(f"{'-':>20}")
+                continue
+            ideal = best_path if runner == "critical" else best
+            m = median(got)
+            ratio = m / ideal
+            worst[runner] = max(worst.get(runner, 0.0), ratio)
+            cells.append(f"{m:>11.2f} s {ratio:>5.3f}x")
+        print(f"{recipe:<12}{ntasks:>6}{best:>8.2f}{best_path:>8.2f}" + "".join(cells))
+    print("SUMMARY " + json.dumps({"worst_ratio": worst, "dags": str(where)}))
+
+
+if __name__ == "__main__":
+    main()
