@@ -69,6 +69,7 @@ class RunOptions(NamedTuple):
     host_gpus: int | None = None  # declared GPUs per host; None: probed
     task_launcher: str | None = None  # multi-rank tasks' launcher template; None: default
     task_accounting: str = "auto"  # "auto", "cgroup" or "rusage" (pmc.runtime.accounting)
+    schedule: str = "priority"  # or by path (pmc.core.pathorder): see --schedule
     # Observability
     log_format: str = "text"  # "text" or "json"
     log_file: str | None = None
@@ -276,6 +277,14 @@ OPTIONS: tuple[Option, ...] = (
            "limits or a JSON log, whose task events carry the figures; else rusage)",
            choices=("auto", "cgroup", "rusage"), default="auto", extension=True,
            profile="pmc.task_accounting", worker=True),
+    Option(("--schedule",), "schedule",
+           "which ready task goes first: priority (default: higher -p first, then DAG "
+           "order, as the reference), critical-path (the longest path of runtimes left "
+           "below it first, then priority), priority-path (priority first, then the "
+           "longest path); runtimes from --expected-runtime, else learned per executable "
+           "or Pegasus transformation as tasks end",
+           choices=("priority", "critical-path", "priority-path"), default="priority",
+           extension=True, profile="pmc.schedule"),
     Option(("--log-format",), "log_format",
            "log lines as text (default) or one JSON object per line",
            choices=("text", "json"), default="text", extension=True,

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator
 from itertools import compress
 from operator import not_
 
+from pmc.core.pathorder import PathOrder
 from pmc.dag import DAG
 from pmc.dag.model import options_of, request_of
 
@@ -63,10 +64,12 @@ class Engine:
         tries: int = 1,
         max_failures: int = 0,
         done: Iterable[int] = (),
+        order: PathOrder | None = None,
     ) -> None:
         if tries < 1:
             raise ValueError("tries must be at least 1")
         self.dag = dag
+        self.order = order  # None: by priority, then DAG order (as the reference)
         self.default_tries = tries
         self.max_failures = max_failures
         n = len(dag)
@@ -117,7 +120,7 @@ class Engine:
         tasks = dag.tasks
         kinds = {(request_of(o), o.priority)
                  for o in set(map(options_of, map(tasks.__getitem__, roots)))}
-        if len(kinds) == 1:
+        if len(kinds) == 1 and order is None:
             # The usual case: one class, one priority. Keys ascend with the id, and a
             # sorted list is already a heap: the very list of the roots, which the master
             # announces (``take_initial``) before anything is taken from a heap.
@@ -128,7 +131,9 @@ class Engine:
             buckets: dict[tuple[int, ...], list[int]] = {}
             for task_id in roots:
                 o = options_of(tasks[task_id])
-                buckets.setdefault(request_of(o), []).append(_key(o.priority, task_id))
+                key = (_key(o.priority, task_id) if order is None
+                       else order.key(task_id, o.priority))
+                buckets.setdefault(request_of(o), []).append(key)
             for cls, heap in buckets.items():
                 heapq.heapify(heap)
                 self.classes[cls] = heap
@@ -183,6 +188,7 @@ class Engine:
 
     # -- transitions -------------------------------------------------------------
 
+
     def pop(self, cls: tuple[int, ...]) -> int:
         """Take the best ready task of a class; it is now running. Returns its id."""
         heap = self.classes[cls]
@@ -211,10 +217,25 @@ class Engine:
         self.nrunning -= 1
         self._make_ready(task_id)
 
-    def complete(self, task_id: int, ok: bool) -> tuple[Outcome, list[int]]:
-        """Record a finished try. Returns the outcome and the tasks that became ready."""
+    def reorder(self) -> None:
+        """Compute the order's paths again, and the ready tasks' places by them."""
+        order = self.order
+        assert order is not None
+        order.compute()
+        tasks = self.dag.tasks
+        for heap in self.classes.values():
+            ids = [k & _ID_MASK for k in heap]
+            heap[:] = [order.key(t, options_of(tasks[t]).priority) for t in ids]
+            heapq.heapify(heap)
+
+    def complete(self, task_id: int, ok: bool,
+                 duration: float = -1.0) -> tuple[Outcome, list[int]]:
+        """Record a finished try (of ``duration`` seconds, when known). Returns the
+        outcome and the tasks that became ready."""
         self.nrunning -= 1
         if ok:
+            if self.order is not None:
+                self.order.learn(task_id, duration)
             self.state[task_id] = _DONE
             self.ndone += 1
             newly: list[int] = []
@@ -241,8 +262,11 @@ class Engine:
         self.state[task_id] = _READY
         self.nready += 1
         cls = (o.cpus, o.memory) if o.gpus == 0 and o.ranks == 1 else request_of(o)
+        order = self.order
+        key = ((-o.priority << 32) | task_id if order is None
+               else order.key(task_id, o.priority))  # see _key
         heap = self.classes.get(cls)
         if heap is None:
-            self.classes[cls] = [_key(o.priority, task_id)]
+            self.classes[cls] = [key]
         else:
-            heapq.heappush(heap, _key(o.priority, task_id))
+            heapq.heappush(heap, key)

@@ -26,7 +26,7 @@ from pmc.core.resources import Resources
 from pmc.dag import DAG
 from pmc.errors import FatalError
 from pmc.options import RunOptions
-from pmc.runtime import startup
+from pmc.runtime import ordering, startup
 from pmc.runtime.forward import ForwardFiles, default_maxfds
 from pmc.runtime.losses import BEAT_CHECK, Joiner, Losses
 from pmc.runtime.placement import Placer
@@ -51,7 +51,10 @@ class Master(Losses):
         self.out = out  # every observer, through one (a Fanout)
         self.mode = mode
         self.resources = Resources()
-        self.engine = Engine(dag, tries=opts.tries, max_failures=opts.max_failures, done=done)
+        order = ordering.path_order(dag, opts.schedule)
+        self.engine = Engine(dag, tries=opts.tries, max_failures=opts.max_failures, done=done,
+                             order=order)
+        self.reorder = ordering.Reorder(self.engine) if order is not None else None
         self.seq = array("i", bytes(4 * len(dag)))  # jobstate sequence number, 0 = none yet
         self.next_seq = 1
         self.chains = Chains()
@@ -406,7 +409,7 @@ class Master(Losses):
                 self.counts.tries_stopped += 1
                 self.out.result(task, self.seq[res.id], res._replace(error=error), "stopped")
                 continue
-            outcome, newly = self.engine.complete(res.id, ok)
+            outcome, newly = self.engine.complete(res.id, ok, res.duration)
             io_failed = error is not None and res.error is None
             if io_failed:
                 res = res._replace(status=res.status or protocol.FAILED_STATUS, error=error)
@@ -430,6 +433,8 @@ class Master(Losses):
                         log.debug(f"Task {task.name} will be tried again (try "
                                   f"{res.attempt + 1} of {self.engine.tries_of(res.id)})")
                     self.mark_ready(res.id)
+        if self.reorder is not None:
+            self.reorder()
 
     def forwarded(self, task_id: int, dest: str, data: bytes) -> None:
         """A piece of a finished try's large pipe output, sent before its result (which

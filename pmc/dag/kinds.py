@@ -1,0 +1,62 @@
+"""The kind of each task, for what is learned of tasks alike: its Pegasus transformation
+where the DAG file names one (the ``#@ SEQ TRANSFORMATION DAX_ID`` line before its TASK
+line), else its executable (the command's first word).
+
+The parser keeps no transformation (a million tasks would each hold one more slot for
+it): the file is read again here, only by runs that ask (``--schedule``).
+"""
+
+from __future__ import annotations
+
+from array import array
+
+from pmc.dag.model import DAG
+
+
+def task_kinds(dag: DAG) -> tuple[array[int], list[str]]:
+    """(kind of each task, as an index into the names; the names). A transformation is
+    named ``pegasus::NAME``, apart from every executable."""
+    names: list[str] = []
+    number: dict[str, int] = {}
+    kinds = array("I", bytes(4 * len(dag)))
+
+    def kind(name: str) -> int:
+        k = number.get(name)
+        if k is None:
+            k = number[name] = len(names)
+            names.append(name)
+        return k
+
+    given = _transformations(dag.path, len(dag)) if dag.path else {}
+    for tid, task in enumerate(dag.tasks):
+        transformation = given.get(tid)
+        if transformation is not None:
+            kinds[tid] = kind("pegasus::" + transformation)
+        else:
+            words = task.command.split(None, 1)
+            kinds[tid] = kind(words[0] if words else "")
+    return kinds, names
+
+
+def _transformations(path: str, ntasks: int) -> dict[int, str]:
+    """The transformation of each task whose TASK line follows a ``#@`` line; the file
+    is one the parser read whole (its TASK lines are the tasks, in order)."""
+    found: dict[int, str] = {}
+    pending: str | None = None
+    tid = 0
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                fields = line.split(None, 3)
+                if not fields:
+                    continue
+                if fields[0] == "TASK":
+                    if pending is not None:
+                        found[tid] = pending
+                        pending = None
+                    tid += 1
+                elif fields[0] == "#@" and len(fields) >= 3:
+                    pending = fields[2]
+    except OSError:
+        return {}  # the executables then
+    return found if tid == ntasks else {}
