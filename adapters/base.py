@@ -225,14 +225,12 @@ class Scheduler(ABC):
 def pmc_run_argv(site: Site, dag: str) -> list[str]:
     """``pmc run`` with the profile's run options (its ``pmc``, ``logging`` and
     ``metrics`` keys, as ``pmc.options`` maps them to flags), the host's cpus, memory and GPUs,
-    ``--max-wall-time`` from the walltime, the site's name, then ``pmc.args`` and the DAG."""
-    values: dict[str, object] = {}
-    for o in options.profile_options():
-        assert o.profile is not None
-        section, _, key = o.profile.partition(".")
-        given = getattr(site, section)
-        if key in given:
-            values[o.dest] = given[key]
+    ``--max-wall-time`` from the walltime, the site's name, then ``pmc.args`` and the DAG.
+    No other profile is read (``--no-site``): the line holds the whole profile, with the
+    command line's overrides, and a default profile of the user's must not add to it."""
+    values: dict[str, object] = options.profile_values(
+        {"pmc": site.pmc, "logging": site.logging, "metrics": site.metrics})
+    values["no_site"] = True
     values["host_cpus"] = site.host_cpus
     values["host_memory"] = site.host_memory
     values["host_gpus"] = site.host_gpus

@@ -2,23 +2,24 @@
 turn it into a typed, immutable ``Site``.
 
 The public face of the profile format: ``load_site``, ``parse_site``, ``override`` /
-``parse_set`` (command-line changes) and ``default_site_path`` (``$PMC_SITE``, then
-``$XDG_CONFIG_HOME/pmc/site.yaml``) live here, with the checks that span several keys
-and the conversion to ``Site``. The rooms behind it: ``yaml12`` (YAML read as written),
-``validate`` (the schema, with the run options of ``pmc.options``, and the error
-explanations), ``messages`` (``SiteError`` and how errors name a value) and ``units``
-(durations and memory sizes). Knows nothing about schedulers beyond their names;
-adapters/ renders scripts.
+``parse_set`` (command-line changes) live here, with the checks that span several keys
+and the conversion to ``Site``; ``default_site_path`` (``$PMC_SITE``, then
+``$XDG_CONFIG_HOME/pmc/site.yaml``) is ``pmc.sitepath``'s, passed on. The rooms behind
+it: ``yaml12`` (YAML read as written), ``validate`` (the schema, with the run options of
+``pmc.options``, and the error explanations), ``messages`` (``SiteError`` and how errors
+name a value) and ``units`` (durations and memory sizes). Knows nothing about schedulers
+beyond their names; adapters/ renders scripts.
 """
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pmc.sitepath import default_site_path
 
 from .messages import SiteError, Where, path, show
 from .units import hms, parse_duration, parse_memory_mb
@@ -166,22 +167,6 @@ def _apply(data: dict[str, Any], overrides: Sequence[Override], source: str) -> 
             node = child
         node[parts[-1]] = o.value
     return data
-
-
-def default_site_path(environ: Mapping[str, str] | None = None) -> tuple[str, str] | None:
-    """The profile to use without ``--site``, and where that choice came from:
-    ``$PMC_SITE``, else ``$XDG_CONFIG_HOME/pmc/site.yaml`` (``~/.config`` by default)
-    when it exists."""
-    env = os.environ if environ is None else environ
-    if env.get("PMC_SITE"):
-        return env["PMC_SITE"], "$PMC_SITE"
-    config = env.get("XDG_CONFIG_HOME") or os.path.join(
-        env.get("HOME") or os.path.expanduser("~"), ".config"
-    )
-    path = os.path.join(config, "pmc", "site.yaml")
-    if os.path.isfile(path):
-        return path, "the user's config directory"
-    return None
 
 
 def load_site(path: str | Path, overrides: Sequence[Override] = ()) -> Site:

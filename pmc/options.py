@@ -4,8 +4,10 @@ Each ``Option`` of the table says everything about one option of ``pmc run`` /
 ``pegasus-mpi-cluster``: its flags, converter, default, help, environment alias, site
 profile key, whether it is a pmc extension and whether workers need it. From the table
 come the argparse options of both commands (``add_arguments``), the ``RunOptions`` they
-fill (``run_options``), the site profile schema of the profile keys (``profile_schema``)
-and the ``pmc run`` argv a batch script runs (``argv_for``). No other module spells a run
+fill (``run_options``; an option not given takes its environment alias's value, then a
+site profile's, ``apply_environment`` and ``apply_profile``, then its default), the site
+profile schema of the profile keys (``profile_schema``) and the ``pmc run`` argv a batch
+script runs (``argv_for``). No other module spells a run
 option's flag. The converters are in ``pmc.optiontypes``: a profile value is checked with
 the same function as the command line's text.
 """
@@ -78,6 +80,7 @@ class RunOptions(NamedTuple):
     metrics_textfile: str | None = None
     metrics_pushgateway: str | None = None
     site: str = ""
+    site_profile: str = ""  # the site profile the options not given came from
     # Progress while running (pmc.outputs.progress): a line every so many seconds when stderr is
     # not a terminal (None or 0: none), and the live line on a terminal.
     progress_interval: float | None = None
@@ -161,10 +164,21 @@ def _not(value: Any) -> bool:
 
 OPTIONS: tuple[Option, ...] = (
     # The site profile's name, for the metrics' "site" label and the JSON log: passed by
-    # the batch scripts pmc writes (which also export PMC_SITE_NAME), hence hidden.
-    # First, so that a script's pmc run line names its site first.
-    Option(("--site",), "site", argparse.SUPPRESS, metavar="NAME", env="PMC_SITE_NAME",
+    # the batch scripts pmc writes (which also export PMC_SITE_NAME), hence hidden; else
+    # the name of the profile read (--site). First, so that a script's pmc run line
+    # names its site first.
+    Option(("--site-name",), "site", argparse.SUPPRESS, metavar="NAME", env="PMC_SITE_NAME",
            extension=True, to_field=lambda v: v or ""),
+    # Read by pmc.commands.siteprofile, which fills the options not given from it.
+    Option(("--site",), "site_profile",
+           "take run options from this site profile's pmc:, logging: and metrics: sections "
+           "(the command line and environment aliases win); pmc run's default: $PMC_SITE, "
+           "else ~/.config/pmc/site.yaml when it exists", metavar="PROFILE", extension=True,
+           to_field=lambda v: v or ""),
+    Option(("--no-site",), "no_site",
+           "read no site profile, neither $PMC_SITE nor ~/.config/pmc/site.yaml (the batch "
+           "scripts pmc writes pass the profile's options themselves)", kind="flag",
+           extension=True, field=""),
     Option(("-v", "--verbose"), "verbose", "more logging (repeatable): DEBUG, TRACE",
            kind="count", default=0, profile="logging.verbose", field=""),
     Option(("-q", "--quiet"), "quiet", "less logging (repeatable): WARN, ERROR, FATAL",
@@ -317,7 +331,9 @@ for _o in OPTIONS:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The DAG argument and every option of the table: the reference's (same letters,
-    same meaning) first, this project's own in the "pmc options" group."""
+    same meaning) first, this project's own in the "pmc options" group. An option not
+    given is None after parsing, so that its environment alias and a site profile can
+    fill it in before its default (``run_options``)."""
     p.add_argument("dag", metavar="workflow.dag", help="the DAG file to run")
     ours = p.add_argument_group("pmc options")
     exclusive: dict[str, argparse._MutuallyExclusiveGroup] = {}
@@ -329,13 +345,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             exclusive[o.dest].add_argument(*o.flags, dest=o.dest, action="store_const",
                                            const=o.const, help=o.help)
         elif o.kind == "flag":
-            target.add_argument(*o.flags, dest=o.dest, action="store_true", help=o.help)
+            target.add_argument(*o.flags, dest=o.dest, action="store_true", default=None,
+                                help=o.help)
         elif o.kind == "count":
-            target.add_argument(*o.flags, dest=o.dest, action="count", default=o.default,
+            target.add_argument(*o.flags, dest=o.dest, action="count", default=None,
                                 help=o.help)
         else:
             target.add_argument(*o.flags, dest=o.dest, metavar=o.metavar,
-                                type=None if o.type is str else o.type, default=o.default,
+                                type=None if o.type is str else o.type, default=None,
                                 choices=o.choices, help=o.help)
 
 
@@ -356,9 +373,11 @@ def apply_environment(p: argparse.ArgumentParser, args: argparse.Namespace,
 
 
 def run_options(args: argparse.Namespace, dropin: bool = False) -> RunOptions:
-    """The ``RunOptions`` of parsed arguments (environment already applied).
+    """The ``RunOptions`` of parsed arguments (environment and profile already applied),
+    each option not given taking its default.
     ``dropin``: pegasus-mpi-cluster, whose console output is the reference's (no
     progress unless asked for with --progress-interval)."""
+    _apply_defaults(args)
     values: dict[str, Any] = {}
     for o in OPTIONS:
         if o.attr and o.attr not in values:
@@ -370,6 +389,12 @@ def run_options(args: argparse.Namespace, dropin: bool = False) -> RunOptions:
                                    else (0.0 if dropin else 60.0))
     values["live_progress"] = not dropin
     return RunOptions(dag=args.dag, **values)
+
+
+def _apply_defaults(args: argparse.Namespace) -> None:
+    for o in OPTIONS:
+        if getattr(args, o.dest) is None and o.kind != "const":
+            setattr(args, o.dest, False if o.kind == "flag" else o.default)
 
 
 def profile_options() -> list[Option]:
@@ -384,6 +409,31 @@ def profile_schema() -> dict[str, dict[str, Any]]:
         section, _, key = o.profile.partition(".")
         out.setdefault(section, {})[key] = o.schema()
     return out
+
+
+def profile_values(sections: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """{dest: value} of the run options a profile's sections ({"pmc": {...},
+    "logging": {...}, "metrics": {...}}) set, the values as the profile gives them."""
+    out: dict[str, Any] = {}
+    for o in profile_options():
+        assert o.profile is not None
+        section, _, key = o.profile.partition(".")
+        given = sections.get(section, {})
+        if key in given:
+            out[o.dest] = given[key]
+    return out
+
+
+def apply_profile(args: argparse.Namespace, values: Mapping[str, Any]) -> None:
+    """Options neither given nor set by their environment alias take the value a
+    (validated) site profile gives them, converted as the command line's text is."""
+    for o in OPTIONS:
+        if o.dest not in values or getattr(args, o.dest) is not None:
+            continue
+        value = values[o.dest]
+        if o.kind == "value" and o.choices is None:
+            value = o.type(value_text(value))
+        setattr(args, o.dest, value)
 
 
 def value_text(value: Any) -> str:

@@ -30,3 +30,14 @@ def launch(request: pytest.FixtureRequest):
 
     go.mode = mode
     return go
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_user_site_profile(tmp_path_factory: pytest.TempPathFactory):
+    """pmc run reads $PMC_SITE, else ~/.config/pmc/site.yaml: never the user's own in the
+    tests (their processes inherit this environment)."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config")))
+    patch.delenv("PMC_SITE", raising=False)
+    yield
+    patch.undo()

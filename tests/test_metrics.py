@@ -456,11 +456,11 @@ def test_batch_job_identity_on_every_series_and_one_textfile_per_job(tmp_path: P
 
 
 def test_scheduler_job_id_and_site_option(tmp_path: Path) -> None:
-    """Outside pmc's scripts the scheduler's own variable names the job; --site names the
-    site."""
+    """Outside pmc's scripts the scheduler's own variable names the job; --site-name (what
+    pmc's scripts pass) names the site."""
     dag = sleep_dag(tmp_path, 1)
     env = clean_env(PBS_JOBID="55.server")
-    r = pmc(["run", "--workers", "1", "--site", "pbs-site", "--metrics-textfile", "x.prom",
+    r = pmc(["run", "--workers", "1", "--site-name", "pbs-site", "--metrics-textfile", "x.prom",
              dag.name], tmp_path, env=env)
     assert r.returncode == 0, r.stderr
     s = parse((tmp_path / "x.prom").read_text(), site="pbs-site", batch_job="55.server")

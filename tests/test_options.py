@@ -38,6 +38,9 @@ def sample(o: options.Option) -> tuple[Any, str]:
         return 9400, "9400"
     if o.dest == "maxfds":
         return 64, "64"
+    if o.dest == "site_profile":
+        path = str(REPO / "configs" / "site-slurm-local.yaml")
+        return path, path
     if kind == "integer":
         return 3, "3"
     if kind == "number":
@@ -171,7 +174,7 @@ def test_the_script_passes_the_site_name_quoted() -> None:
     line = next(x for x in script_for(site, "w.dag").splitlines() if x.startswith("srun "))
     words = shlex.split(line)
     run = words[words.index("run"):]
-    assert run[1:3] == ["--site", name]
+    assert run[1:4] == ["--site-name", name, "--no-site"]
     assert "--stdout=-odd" in run  # a value that looks like an option stays a value
     assert words[-1] == "w.dag"
 

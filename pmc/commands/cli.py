@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from pmc import __version__, options
+from pmc.commands.siteprofile import apply_site_profile
 from pmc.errors import ExitCode
 from pmc.options import RunOptions
 from pmc.optiontypes import positive_int, seconds
@@ -29,6 +30,7 @@ def options_from_args(p: argparse.ArgumentParser, args: argparse.Namespace,
     """``dropin``: the pegasus-mpi-cluster command, whose console output is the
     reference's (no progress unless asked for with --progress-interval)."""
     options.apply_environment(p, args)
+    apply_site_profile(p, args, dropin)
     if args.set_affinity and args.host_cpus:
         # The reference's words: its binding needs the host's real cpus and sockets.
         p.error("--host-cpus is not compatible with --set-affinity")

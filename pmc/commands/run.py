@@ -155,6 +155,8 @@ def _read_and_run(opts: RunOptions, observers: list[Observer], workers: Workers,
     except OSError as e:
         log.fatal(f"Unable to open log file: {opts.log_file}: {e.strerror}")
         return ExitCode.FAILED
+    if opts.site_profile:
+        log.info(f"Site profile: {opts.site_profile}")
     if log.enabled(log.DEBUG):
         log.debug(f"Using old rescue file: {'' if opts.skip_rescue else opts.rescue_path}")
         log.debug(f"Using new rescue file: {opts.rescue_path}")

@@ -16,7 +16,7 @@ Three ways out, any combination:
   the end, so a short job's numbers are not lost.
 
 Every series carries the run's identity (``IDENTITY``): ``dag`` (the DAG's file name),
-``site`` (``--site`` / ``PMC_SITE_NAME``), ``batch_job`` (the batch system's job id) and
+``site`` (``--site-name`` / ``PMC_SITE_NAME``), ``batch_job`` (the batch system's job id) and
 ``chain`` (``PMC_CHAIN_ID``), so two runs never share a series and a dashboard can select
 one workflow. The batch job id is not called ``job``: Prometheus owns that label (the
 scrape job, i.e. which path the numbers came by) and would rename ours ``exported_job``.

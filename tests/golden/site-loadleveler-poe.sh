@@ -25,7 +25,7 @@ export PMC_JOB_ID PMC_CHAIN_INDEX PMC_SITE_NAME
 # state; pmc gets the signal itself.
 pmc_term=0
 trap 'pmc_term=1; echo "pmc: batch script got SIGTERM" >&2' TERM
-poe pmc run --site example-loadleveler --host-memory 32768 --host-cpus 16 --max-wall-time 170 workflow.dag
+poe pmc run --site-name example-loadleveler --no-site --host-memory 32768 --host-cpus 16 --max-wall-time 170 workflow.dag
 rc=$?
 echo "pmc: run exited with status $rc (job ${PMC_JOB_ID:-?}, chain link $PMC_CHAIN_INDEX)" >&2
 # The launcher's status is not the workflow's when a rank was lost (it reports

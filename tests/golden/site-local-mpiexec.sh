@@ -14,7 +14,7 @@ export PMC_JOB_ID PMC_CHAIN_INDEX PMC_SITE_NAME
 # state; pmc gets the signal itself.
 pmc_term=0
 trap 'pmc_term=1; echo "pmc: batch script got SIGTERM" >&2' TERM
-mpiexec -disable-auto-cleanup -n 3 -ppn 3 pmc run --site workstation workflow.dag
+mpiexec -disable-auto-cleanup -n 3 -ppn 3 pmc run --site-name workstation --no-site workflow.dag
 rc=$?
 echo "pmc: run exited with status $rc (job ${PMC_JOB_ID:-?}, chain link $PMC_CHAIN_INDEX)" >&2
 # The launcher's status is not the workflow's when a rank was lost (it reports

@@ -18,7 +18,7 @@ export PMC_JOB_ID PMC_CHAIN_INDEX PMC_SITE_NAME
 # state; pmc gets the signal itself.
 pmc_term=0
 trap 'pmc_term=1; echo "pmc: batch script got SIGTERM" >&2' TERM
-aprun -n 16 -N 1 -d 32 pmc run --site example-torque-cray --host-script /u/sciteam/me/bin/start-memcached.sh --host-memory 61440 --host-cpus 32 --max-wall-time 705 --worker-slots 32 workflow.dag
+aprun -n 16 -N 1 -d 32 pmc run --site-name example-torque-cray --no-site --host-script /u/sciteam/me/bin/start-memcached.sh --host-memory 61440 --host-cpus 32 --max-wall-time 705 --worker-slots 32 workflow.dag
 rc=$?
 echo "pmc: run exited with status $rc (job ${PMC_JOB_ID:-?}, chain link $PMC_CHAIN_INDEX)" >&2
 # The launcher's status is not the workflow's when a rank was lost (it reports

@@ -23,7 +23,7 @@ export PMC_JOB_ID PMC_CHAIN_INDEX PMC_SITE_NAME
 # state; pmc gets the signal itself.
 pmc_term=0
 trap 'pmc_term=1; echo "pmc: batch script got SIGTERM" >&2' TERM
-mpiexec -disable-auto-cleanup -n 8 -ppn 4 -launcher pbs pmc run --site example-pbs -t 2 --host-memory 65536 --max-wall-time 54 workflow.dag
+mpiexec -disable-auto-cleanup -n 8 -ppn 4 -launcher pbs pmc run --site-name example-pbs --no-site -t 2 --host-memory 65536 --max-wall-time 54 workflow.dag
 rc=$?
 echo "pmc: run exited with status $rc (job ${PMC_JOB_ID:-?}, chain link $PMC_CHAIN_INDEX)" >&2
 # The launcher's status is not the workflow's when a rank was lost (it reports

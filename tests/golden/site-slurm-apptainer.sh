@@ -18,7 +18,7 @@ export PMC_JOB_ID PMC_CHAIN_INDEX PMC_SITE_NAME
 # state; pmc gets the signal itself.
 pmc_term=0
 trap 'pmc_term=1; echo "pmc: batch script got SIGTERM" >&2' TERM
-srun --mpi=pmi2 --kill-on-bad-exit=0 --no-kill --ntasks=16 --ntasks-per-node=8 --cpus-per-task=1 apptainer exec --bind /scratch --bind /project/data:/data:ro /project/images/pmc.sif pmc run --site example-slurm-container --max-wall-time 54 workflow.dag
+srun --mpi=pmi2 --kill-on-bad-exit=0 --no-kill --ntasks=16 --ntasks-per-node=8 --cpus-per-task=1 apptainer exec --bind /scratch --bind /project/data:/data:ro /project/images/pmc.sif pmc run --site-name example-slurm-container --no-site --max-wall-time 54 workflow.dag
 rc=$?
 echo "pmc: run exited with status $rc (job ${PMC_JOB_ID:-?}, chain link $PMC_CHAIN_INDEX)" >&2
 # The launcher's status is not the workflow's when a rank was lost (it reports

@@ -23,7 +23,7 @@ export PMC_JOB_ID PMC_CHAIN_INDEX PMC_SITE_NAME
 # state; pmc gets the signal itself.
 pmc_term=0
 trap 'pmc_term=1; echo "pmc: batch script got SIGTERM" >&2' TERM
-srun --mpi=pmi2 --kill-on-bad-exit=0 --no-kill --ntasks=4 --ntasks-per-node=2 --cpus-per-task=16 pmc run --site example-slurm-gpus --host-memory 245760 --max-wall-time 230 --set-affinity --worker-slots 16 --host-gpus 4 --task-launcher 'srun --mpi=pmix --overlap --exact --distribution=arbitrary --ntasks={ranks} --nodelist={nodefile} --cpus-per-task={cpus_per_rank}' workflow.dag
+srun --mpi=pmi2 --kill-on-bad-exit=0 --no-kill --ntasks=4 --ntasks-per-node=2 --cpus-per-task=16 pmc run --site-name example-slurm-gpus --no-site --host-memory 245760 --max-wall-time 230 --set-affinity --worker-slots 16 --host-gpus 4 --task-launcher 'srun --mpi=pmix --overlap --exact --distribution=arbitrary --ntasks={ranks} --nodelist={nodefile} --cpus-per-task={cpus_per_rank}' workflow.dag
 rc=$?
 echo "pmc: run exited with status $rc (job ${PMC_JOB_ID:-?}, chain link $PMC_CHAIN_INDEX)" >&2
 # The launcher's status is not the workflow's when a rank was lost (it reports

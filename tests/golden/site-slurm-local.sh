@@ -17,7 +17,7 @@ export PMC_JOB_ID PMC_CHAIN_INDEX PMC_SITE_NAME
 # state; pmc gets the signal itself.
 pmc_term=0
 trap 'pmc_term=1; echo "pmc: batch script got SIGTERM" >&2' TERM
-srun --mpi=pmi2 --kill-on-bad-exit=0 --no-kill --ntasks=3 --ntasks-per-node=3 --cpus-per-task=1 pmc run --site ci-slurm --max-wall-time 4 workflow.dag
+srun --mpi=pmi2 --kill-on-bad-exit=0 --no-kill --ntasks=3 --ntasks-per-node=3 --cpus-per-task=1 pmc run --site-name ci-slurm --no-site --max-wall-time 4 workflow.dag
 rc=$?
 echo "pmc: run exited with status $rc (job ${PMC_JOB_ID:-?}, chain link $PMC_CHAIN_INDEX)" >&2
 # The launcher's status is not the workflow's when a rank was lost (it reports

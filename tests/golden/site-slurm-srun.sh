@@ -31,7 +31,7 @@ export PMC_JOB_ID PMC_CHAIN_INDEX PMC_SITE_NAME
 # state; pmc gets the signal itself.
 pmc_term=0
 trap 'pmc_term=1; echo "pmc: batch script got SIGTERM" >&2' TERM
-srun --mpi=pmi2 --kill-on-bad-exit=0 --no-kill --ntasks=32 --ntasks-per-node=8 --cpus-per-task=4 pmc run --site example-slurm -m 10 -t 3 --host-memory 122880 --host-cpus 32 --max-wall-time 110 --jobstate-log --worker-slots 1 --log-format json --log-file pmc-log.jsonl --metrics-port 9400 --metrics-textfile pmc.prom workflow.dag
+srun --mpi=pmi2 --kill-on-bad-exit=0 --no-kill --ntasks=32 --ntasks-per-node=8 --cpus-per-task=4 pmc run --site-name example-slurm --no-site -m 10 -t 3 --host-memory 122880 --host-cpus 32 --max-wall-time 110 --jobstate-log --worker-slots 1 --log-format json --log-file pmc-log.jsonl --metrics-port 9400 --metrics-textfile pmc.prom workflow.dag
 rc=$?
 echo "pmc: run exited with status $rc (job ${PMC_JOB_ID:-?}, chain link $PMC_CHAIN_INDEX)" >&2
 # The launcher's status is not the workflow's when a rank was lost (it reports
