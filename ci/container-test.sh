@@ -3,7 +3,11 @@
 # which runs the test suite inside the image against the installed wheel; then run the
 # image under the host's MPI launcher in both MPI models (ci/container-mpi-models.sh).
 #
-#   bash ci/container-test.sh
+#   bash ci/container-test.sh                 (all of it)
+#   bash ci/container-test.sh --runtime-only  (only the runtime image: ci/build-sif.sh)
+#
+# After the MPI models it builds pmc.sif from the runtime image (ci/build-sif.sh) and runs
+# tests/test_sif.py on that file: pmc from inside the SIF, in both MPI models.
 #
 # Environment:
 #   PMC_CONTAINER_BASE   base image to build on (default: a Debian bookworm image made
@@ -16,6 +20,8 @@
 # not work on every CI machine), because the tests run as a build stage.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+RUNTIME_ONLY=0
+if [ "${1:-}" = --runtime-only ]; then RUNTIME_ONLY=1; fi
 
 START=$SECONDS
 step() { printf '==> [container-test %4ds] %s\n' "$((SECONDS - START))" "$*"; }
@@ -129,6 +135,10 @@ step "building runtime image $TAG:latest"
 t0=$SECONDS
 "${BUILD[@]}" --target runtime -t "$TAG:latest" . || fail "runtime image build"
 step "runtime image built in $((SECONDS - t0))s"
+if [ "$RUNTIME_ONLY" = 1 ]; then
+    step "done (--runtime-only) in $((SECONDS - START))s"
+    exit 0
+fi
 
 step "building test stage (runs the test suite inside the image)"
 t0=$SECONDS
@@ -176,5 +186,13 @@ if command -v mpiexec >/dev/null; then
 else
     step "MPI models skipped: no mpiexec on this host (pip install '.[mpi]')"
 fi
+
+# pmc.sif from the runtime image, and pmc run from inside that file (tests/test_sif.py).
+step "pmc.sif from $TAG:latest"
+t0=$SECONDS
+bash ci/build-sif.sh "$TAG:latest" pmc.sif || fail "building pmc.sif"
+PMC_TEST_SIF=$PWD/pmc.sif python -m pytest -p no:cacheprovider -q tests/test_sif.py \
+    || fail "tests/test_sif.py on pmc.sif"
+step "pmc.sif built and tested in $((SECONDS - t0))s"
 
 step "done in $((SECONDS - START))s"

@@ -416,12 +416,15 @@ def test_every_source_package_goes_into_the_wheel(pyproject: dict) -> None:
 
 
 def test_container_scripts_are_valid_bash() -> None:
-    for name in ("container-test.sh", "container-mpi-models.sh"):
+    for name in ("container-test.sh", "container-mpi-models.sh", "build-sif.sh"):
         subprocess.run(["bash", "-n", str(ROOT / "ci" / name)], check=True)
     text = (ROOT / "ci" / "container-test.sh").read_text(encoding="utf-8")
     assert "--target test" in text
     assert '--build-arg "BASE=$BASE"' in text
     assert "bash ci/container-mpi-models.sh" in text
+    # pmc.sif is built from the runtime image just built, and tested.
+    assert 'bash ci/build-sif.sh "$TAG:latest" pmc.sif' in text
+    assert "tests/test_sif.py" in text
     for section in ("files", "post", "environment", "test"):
         assert f"section {section}" in text, f"ci/container-test.sh skips %{section}"
 
