@@ -332,6 +332,9 @@ def render_script(
         cpus_per_rank=site.cpus_per_rank,
         extra=site.launcher_args,
         command=command_argv(site, dag),
+        mpi=site.mpi,
+        exported=["PATH", *(k for k, _ in site.environment), "PMC_JOB_ID",
+                  "PMC_CHAIN_INDEX", "PMC_SITE_NAME", *(["PMC_CHAIN_ID"] if max_jobs > 1 else [])],
     )
     lines += [
         "# Who this run is, for pmc run's logs and metrics.",

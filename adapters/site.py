@@ -54,6 +54,7 @@ class Site:
     launcher: str
     source: str = "<profile>"
     flavor: str = "pro"
+    mpi: str = "mpich"  # the MPI family: its launcher's flags (launchers.py)
     launcher_args: tuple[str, ...] = ()
     job_name: str | None = None
     account: str | None = None
@@ -204,9 +205,8 @@ def _duration(d: dict[str, Any], key: str, at: Where) -> int | None:
         raise SiteError(f"{at([key])}: bad value {show(d[key])}: {e}") from None
 
 
-def _convert(d: dict[str, Any], source: str, at: Where) -> Site:
-    scheduler: str = d["scheduler"]
-    launcher: str = d.get("launcher", DEFAULT_LAUNCHER[scheduler])
+def _check_launcher(d: dict[str, Any], scheduler: str, launcher: str, at: Where) -> None:
+    """The launcher runs under the scheduler, and ``mpi`` is one it has flags for."""
     if scheduler == "loadleveler" and launcher != "poe":
         raise SiteError(
             f"{at(['launcher'])}: bad value {launcher!r} for scheduler loadleveler; allowed: poe"
@@ -221,6 +221,15 @@ def _convert(d: dict[str, Any], source: str, at: Where) -> Site:
             f"{at(['launcher'])}: bad value 'srun' for scheduler {scheduler}; "
             "srun runs only under slurm"
         )
+    if "mpi" in d and launcher not in ("mpiexec", "srun"):
+        raise SiteError(f"{at(['mpi'])}: only meaningful for the launchers mpiexec and srun, "
+                        f"not {launcher}, which starts the ranks of its own MPI")
+
+
+def _convert(d: dict[str, Any], source: str, at: Where) -> Site:
+    scheduler: str = d["scheduler"]
+    launcher: str = d.get("launcher", DEFAULT_LAUNCHER[scheduler])
+    _check_launcher(d, scheduler, launcher, at)
     if "flavor" in d and scheduler != "pbs":
         raise SiteError(f"{at(['flavor'])}: only meaningful for scheduler pbs, not {scheduler}")
     nodes, per_node = d.get("nodes", 1), d.get("ranks_per_node", 2)
@@ -248,6 +257,7 @@ def _convert(d: dict[str, Any], source: str, at: Where) -> Site:
         launcher=launcher,
         source=source,
         flavor=d.get("flavor", "pro"),
+        mpi=d.get("mpi", "mpich"),
         launcher_args=tuple(d.get("launcher_args", ())),
         job_name=d.get("job_name"),
         account=d.get("account"),

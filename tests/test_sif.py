@@ -135,3 +135,17 @@ def test_pegasus_mpi_cluster_and_the_embedded_mode_inside_the_image(
     assert "succeeded=4, failed=0" in summary(r)
     # The rescue log went to the working directory on the host, through the bind.
     assert (work / "w.dag.rescue").read_text().count("DONE") == 4
+
+
+def test_the_start_up_benchmark_runs_every_way(sif: Path) -> None:
+    # benchmarks/sifstart.py at a tiny size: it opens the file each way and runs pmc in
+    # each (its figures belong in benchmarks/RESULTS.md, none are asserted here).
+    import sys
+
+    bench = Path(__file__).resolve().parent.parent / "benchmarks" / "sifstart.py"
+    r = subprocess.run([sys.executable, str(bench), "--sif", str(sif), "--tasks", "40",
+                        "--rounds", "1"], env=clean_env(), capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    last = r.stdout.strip().splitlines()[-1]
+    assert re.fullmatch(r"SUMMARY host=1\.00 sandbox=\S+ kernel=\S+ squashfuse=\S+", last), last

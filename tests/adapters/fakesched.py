@@ -9,7 +9,9 @@ state. With ``$FAKE_HOLD`` set, a submitted job stays queued instead, with that 
 the reason it waits (Slurm ``Reason``, PBS ``comment``, LoadLeveler status), until it
 is cancelled. Cancel commands answer as the real ones do for unknown jobs (``scancel``
 says nothing and exits 0). Launchers start the command with the real MPICH ``mpiexec -n RANKS``
-(``$FAKE_REAL_MPIEXEC``) so the DAG really runs on several ranks. Status commands
+(``$FAKE_REAL_MPIEXEC``) so the DAG really runs on several ranks; with
+``$FAKE_OPENMPI_MPIEXEC`` set, ``mpiexec`` is that real Open MPI launcher, given the
+script's line as it is. Status commands
 answer in the scheduler's own format for finished jobs.
 """
 
@@ -214,6 +216,12 @@ def llq(args: list[str]) -> int:
 
 
 def launch(tool: str, args: list[str]) -> int:
+    # The real mpiexec must not mistake this for a Slurm or PBS job it could use.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(SCHED_PREFIXES[:4])}
+    openmpi = os.environ.get("FAKE_OPENMPI_MPIEXEC")
+    if tool == "mpiexec" and openmpi:
+        # An Open MPI site: its real launcher reads the line exactly as written.
+        return subprocess.call([openmpi, *args], env=env)
     if tool == "poe":
         ranks = int(os.environ.get("LOADL_TOTAL_TASKS", "2"))
         cmd = args
@@ -226,8 +234,6 @@ def launch(tool: str, args: list[str]) -> int:
         while i < len(args) and args[i].startswith("-"):
             i += 1 if args[i] == "-disable-auto-cleanup" else 2  # the one without a value
         cmd = args[i:]
-    # The real mpiexec must not mistake this for a Slurm or PBS job it could use.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(SCHED_PREFIXES[:4])}
     real = os.environ["FAKE_REAL_MPIEXEC"]
     return subprocess.call([real, "-n", str(ranks), *cmd], env=env)
 

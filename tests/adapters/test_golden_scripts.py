@@ -17,7 +17,8 @@ from pmc.adapters.site import load_site
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "golden"
 PROFILES = sorted((REPO / "configs").glob("site-*.yaml"))
-CHAINED = {"site-slurm-local", "site-pbs-mpiexec", "site-loadleveler-poe", "site-local-mpiexec"}
+CHAINED = {"site-slurm-local", "site-pbs-mpiexec", "site-loadleveler-poe", "site-local-mpiexec",
+           "site-pbs-openmpi"}
 REGEN = os.environ.get("PMC_REGEN_GOLDEN") == "1"
 
 CASES = [(p, 1) for p in PROFILES] + [(p, 5) for p in PROFILES if p.stem in CHAINED]
@@ -61,9 +62,11 @@ def test_pbs_examples_start_ranks_through_a_launcher_pbs_tracks() -> None:
     # outside the job. The PBS examples use aprun, or ask mpiexec for its PBS launcher.
     pbs = [s for s in map(load_site, PROFILES) if s.scheduler == "pbs"]
     assert {s.launcher for s in pbs} == {"mpiexec", "aprun"}
+    assert {s.mpi for s in pbs if s.launcher == "mpiexec"} == {"mpich", "openmpi"}
     for site in pbs:
         if site.launcher == "mpiexec":
-            assert list(site.launcher_args[:2]) == ["-launcher", "pbs"], site.source
+            tm = ["-launcher", "pbs"] if site.mpi == "mpich" else ["--mca", "plm", "tm"]
+            assert list(site.launcher_args[:len(tm)]) == tm, site.source
             assert site.modules and site.setup, f"{site.source}: loads no site MPI"
 
 

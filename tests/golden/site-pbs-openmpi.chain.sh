@@ -1,0 +1,98 @@
+#!/bin/bash
+#PBS -N pmc-workflow
+#PBS -A PRJ0001
+#PBS -q workq
+#PBS -l walltime=02:00:00
+#PBS -l select=2:ncpus=16:mpiprocs=16
+#PBS -l place=scatter
+# pmc batch script for site example-pbs-openmpi (pbs, launcher mpiexec).
+# Every value from the profile is quoted; only the setup lines are raw shell.
+# walltime 02:00:00; pmc run stops by --max-wall-time 110 min, 00:10:00 before the limit.
+# pmc chain script: each follow-up job is this script, submitted again.
+cd "${PBS_O_WORKDIR:-.}" || exit 1
+module load openmpi/4.1
+# setup: raw shell lines from the profile
+source /home/me/venvs/pmc-openmpi/bin/activate
+# Who this run is, for pmc run's logs and metrics.
+PMC_JOB_ID="${PBS_JOBID:-}"
+PMC_CHAIN_INDEX="${PMC_CHAIN_INDEX:-1}"
+PMC_SITE_NAME=example-pbs-openmpi
+export PMC_JOB_ID PMC_CHAIN_INDEX PMC_SITE_NAME
+# The chain's id is its first job's id; the chain file beside the DAG lists
+# every link (`pmc jobs status` reads it), the index maps job ids to it.
+PMC_CHAIN_ID="${PMC_CHAIN_ID:-$PMC_JOB_ID}"
+export PMC_CHAIN_ID
+pmc_chain_file=workflow.dag.chain
+case "$pmc_chain_file" in /*) ;; *) pmc_chain_file="$PWD/$pmc_chain_file" ;; esac
+pmc_chain_index="${PMC_CHAINS_DIR:-${XDG_STATE_HOME:-$HOME/.local/state}/pmc/chains}"
+pmc_chain_note() {
+    printf '%s chain=%s %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$PMC_CHAIN_ID" "$*" >>"$pmc_chain_file" || echo "pmc: cannot write $pmc_chain_file" >&2
+}
+pmc_chain_link() {
+    mkdir -p "$pmc_chain_index" 2>/dev/null && printf '%s\n' "$pmc_chain_file" >"$pmc_chain_index/${1//[^A-Za-z0-9._-]/_}"
+}
+pmc_chain_link "$PMC_JOB_ID"
+pmc_chain_note link="$PMC_CHAIN_INDEX" job="$PMC_JOB_ID" event=started scheduler=pbs host="${HOSTNAME:-?}"
+# A TERM at the time limit must not end this script before pmc has saved its
+# state; pmc gets the signal itself.
+pmc_term=0
+trap 'pmc_term=1; echo "pmc: batch script got SIGTERM" >&2' TERM
+mpiexec --enable-recovery -n 32 --map-by ppr:16:node --bind-to none -x PATH -x PMC_JOB_ID -x PMC_CHAIN_INDEX -x PMC_SITE_NAME -x PMC_CHAIN_ID --mca plm tm pmc run --site-name example-pbs-openmpi --no-site -t 2 --max-wall-time 110 workflow.dag
+rc=$?
+echo "pmc: run exited with status $rc (job ${PMC_JOB_ID:-?}, chain link $PMC_CHAIN_INDEX)" >&2
+# The launcher's status is not the workflow's when a rank was lost (it reports
+# the lost rank's death): take pmc's own record (0 ok, 1 failed, 3 incomplete).
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 2 ]; then
+    pmc status workflow.dag >/dev/null 2>&1
+    pmc_recorded=$?
+    case $pmc_recorded in
+        0|1|3) [ "$pmc_recorded" -ne "$rc" ] && echo "pmc: the workflow's record says status $pmc_recorded; the script exits with it" >&2; rc=$pmc_recorded ;;
+    esac
+fi
+pmc_outcome=""
+case $rc in
+    0) pmc_outcome=succeeded ;;
+    1) pmc_outcome=failed ;;
+    2) pmc_outcome=usage-error ;;
+    3) pmc_outcome=incomplete ;;
+    *) pmc_outcome=ended ;;
+esac
+if [ "$rc" -eq 3 ]; then
+    pmc_status=$rc
+    pmc_next=""
+    pmc_self=""
+    if [ "$pmc_term" = 1 ]; then
+        echo "pmc: the batch system stopped this job (SIGTERM): no follow-up; the chain $PMC_CHAIN_ID ends at link $PMC_CHAIN_INDEX (submit again to resume)" >&2
+        pmc_outcome=stopped
+    elif [ "$PMC_CHAIN_INDEX" -ge 5 ]; then
+        echo "pmc: workflow incomplete after 5 jobs; chain ends" >&2
+        pmc_outcome=max-jobs
+    elif [ -f "$0" ] && grep -qxF '# pmc chain script: each follow-up job is this script, submitted again.' "$0"; then
+        pmc_self="$0"
+    elif [ -f workflow.dag.pbs.sh ] && grep -qxF '# pmc chain script: each follow-up job is this script, submitted again.' workflow.dag.pbs.sh; then
+        pmc_self=workflow.dag.pbs.sh
+    else
+        echo "pmc: cannot find this script's text to submit the follow-up ($0 is not it); the chain ends: submit the script again to resume" >&2
+        pmc_outcome=no-follow-up
+    fi
+    if [ -n "$pmc_self" ]; then
+        PMC_CHAIN_INDEX=$((PMC_CHAIN_INDEX + 1))
+        export PMC_CHAIN_INDEX
+        pmc_next="$(qsub -W "depend=afterany:$PBS_JOBID" -v PMC_CHAIN_ID,PMC_CHAIN_INDEX "$pmc_self")" || pmc_next=""
+        PMC_CHAIN_INDEX=$((PMC_CHAIN_INDEX - 1))
+        if [ -n "$pmc_next" ]; then
+            echo "pmc: workflow incomplete; submitted job $pmc_next as link $((PMC_CHAIN_INDEX + 1)) of at most 5 in chain $PMC_CHAIN_ID; this link ends as a success" >&2
+            pmc_chain_link "$pmc_next"
+            pmc_chain_note link="$((PMC_CHAIN_INDEX + 1))" job="$pmc_next" event=submitted by="$PMC_JOB_ID"
+            pmc_outcome=continued
+            rc=0
+        else
+            echo "pmc: could not submit the follow-up job; the chain ends" >&2
+            pmc_outcome=no-follow-up
+        fi
+    fi
+else
+    pmc_status=$rc
+fi
+pmc_chain_note link="$PMC_CHAIN_INDEX" job="$PMC_JOB_ID" event=ended status="$pmc_status" outcome="$pmc_outcome" next="${pmc_next:--}"
+exit "$rc"

@@ -1,0 +1,36 @@
+#!/bin/bash
+#PBS -N pmc-workflow
+#PBS -A PRJ0001
+#PBS -q workq
+#PBS -l walltime=02:00:00
+#PBS -l select=2:ncpus=16:mpiprocs=16
+#PBS -l place=scatter
+# pmc batch script for site example-pbs-openmpi (pbs, launcher mpiexec).
+# Every value from the profile is quoted; only the setup lines are raw shell.
+# walltime 02:00:00; pmc run stops by --max-wall-time 110 min, 00:10:00 before the limit.
+cd "${PBS_O_WORKDIR:-.}" || exit 1
+module load openmpi/4.1
+# setup: raw shell lines from the profile
+source /home/me/venvs/pmc-openmpi/bin/activate
+# Who this run is, for pmc run's logs and metrics.
+PMC_JOB_ID="${PBS_JOBID:-}"
+PMC_CHAIN_INDEX="${PMC_CHAIN_INDEX:-1}"
+PMC_SITE_NAME=example-pbs-openmpi
+export PMC_JOB_ID PMC_CHAIN_INDEX PMC_SITE_NAME
+# A TERM at the time limit must not end this script before pmc has saved its
+# state; pmc gets the signal itself.
+pmc_term=0
+trap 'pmc_term=1; echo "pmc: batch script got SIGTERM" >&2' TERM
+mpiexec --enable-recovery -n 32 --map-by ppr:16:node --bind-to none -x PATH -x PMC_JOB_ID -x PMC_CHAIN_INDEX -x PMC_SITE_NAME --mca plm tm pmc run --site-name example-pbs-openmpi --no-site -t 2 --max-wall-time 110 workflow.dag
+rc=$?
+echo "pmc: run exited with status $rc (job ${PMC_JOB_ID:-?}, chain link $PMC_CHAIN_INDEX)" >&2
+# The launcher's status is not the workflow's when a rank was lost (it reports
+# the lost rank's death): take pmc's own record (0 ok, 1 failed, 3 incomplete).
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 2 ]; then
+    pmc status workflow.dag >/dev/null 2>&1
+    pmc_recorded=$?
+    case $pmc_recorded in
+        0|1|3) [ "$pmc_recorded" -ne "$rc" ] && echo "pmc: the workflow's record says status $pmc_recorded; the script exits with it" >&2; rc=$pmc_recorded ;;
+    esac
+fi
+exit "$rc"
