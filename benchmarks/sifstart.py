@@ -32,7 +32,7 @@ from pathlib import Path
 from _common import REPO, machine, median, write_independent
 
 sys.path.insert(0, str(REPO / "tests"))
-import sifkit  # noqa: E402
+import sifkit
 
 WAYS = ("host", "sandbox", "kernel", "squashfuse")
 DURATION = re.compile(r"\[cluster-summary .*duration=([0-9.]+)")
