@@ -27,7 +27,7 @@ from pmctest import clean_env
 MPIEXEC = shutil.which("mpiexec.openmpi")
 MPICC = shutil.which("mpicc.openmpi")
 MPI4PY = "mpi4py>=4.0,<5"
-RECIPE = "2"  # changes when _build does: a venv built another way is not reused
+RECIPE = "4"  # changes when _build does: a venv built another way is not reused
 
 
 def available() -> None:
@@ -47,46 +47,57 @@ def env(**extra: str) -> dict[str, str]:
     return out
 
 
-def _key() -> str:
-    version = subprocess.run([str(MPICC), "--showme:version"], capture_output=True, text=True,
-                             check=False).stdout + subprocess.run(
-        [str(MPICC), "--showme"], capture_output=True, text=True, check=False).stdout
-    text = "\n".join([MPI4PY, RECIPE, version, sys.version, sys.prefix])
+def _key(*parts: str) -> str:
+    mpicc = [subprocess.run([str(MPICC), flag], capture_output=True, text=True,
+                            check=False).stdout for flag in ("--showme:version", "--showme")]
+    text = "\n".join([MPI4PY, RECIPE, *mpicc, sys.version, *parts])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def openmpi_python() -> Path:
-    """The venv's python, built on first use (under a lock: test runs of other venvs or
-    checkouts may build theirs at the same time)."""
+    """The venv's python, made on first use (under a lock: test runs of other venvs or
+    checkouts may make theirs at the same time). The compiled mpi4py wheel is kept
+    apart, shared by the venvs of every interpreter of this Python version."""
     available()
     cache = Path(os.environ.get("PMC_TEST_CACHE")
                  or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pmc-tests")
-    venv = cache / f"openmpi-venv-{_key()}"
-    python = venv / "bin" / "python"
+    venv = cache / f"openmpi-venv-{_key(sys.prefix)}"
+    wheels = cache / f"mpi4py-openmpi-{_key()}"
     done = venv / "built"
     cache.mkdir(parents=True, exist_ok=True)
     with open(cache / "openmpi-venv.lock", "w") as lock:
         fcntl.lockf(lock, fcntl.LOCK_EX)
         if not done.exists():
-            _build(venv)
+            _build(venv, wheels)
             done.write_text(MPI4PY + "\n")
-    return python
+    return venv / "bin" / "python"
 
 
-def _build(venv: Path) -> None:
+def _pip(python: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    proc = subprocess.run([str(python), "-m", "pip", *args], env=env, capture_output=True,
+                          text=True, timeout=1200, check=False)
+    if proc.returncode != 0:
+        pytest.fail(f"pip {args[0]} of mpi4py against Open MPI failed:\n{proc.stderr[-3000:]}")
+
+
+def _build(venv: Path, wheels: Path) -> None:
     shutil.rmtree(venv, ignore_errors=True)
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
-    # The wrapper links too (LDSHARED): else Python's own -L (here pyenv's lib/, where
-    # the pip MPICH may have put a libmpi.so) comes first and mpi4py links MPICH. No
-    # debug information, light optimisation: the compile takes a third of the time.
-    build_env = dict(os.environ, MPICC=str(MPICC), LDSHARED=f"{MPICC} -shared",
-                     CFLAGS="-O1 -g0", PIP_DISABLE_PIP_VERSION_CHECK="1")
-    proc = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-cache-dir",
-                           "--no-binary=mpi4py", MPI4PY], env=build_env,
-                          capture_output=True, text=True, timeout=1200, check=False)
-    if proc.returncode != 0:
-        pytest.fail(f"building mpi4py against Open MPI failed:\n{proc.stderr[-3000:]}")
+    if not list(wheels.glob("mpi4py-*.whl")):
+        # Open MPI's library directories first: a shared Python's link line (pyenv's
+        # LDSHARED, and the -L of its lib/ that every extension gets) names its own
+        # lib/ before the wrapper's, and the pip MPICH may have put a libmpi.so there.
+        # The wrapper with LDFLAGS replaces that line's start. No debug information,
+        # light optimisation: a third of the compile time.
+        libdirs = subprocess.run([str(MPICC), "--showme:libdirs"], capture_output=True,
+                                 text=True, check=True).stdout.split()
+        build_env = dict(os.environ, MPICC=str(MPICC), LDSHARED=f"{MPICC} -shared",
+                         LDFLAGS=" ".join(f"-L{d}" for d in libdirs), CFLAGS="-O1 -g0",
+                         PIP_DISABLE_PIP_VERSION_CHECK="1")
+        _pip(python, "wheel", "-q", "--no-cache-dir", "--no-deps", "--no-binary=mpi4py",
+             "-w", str(wheels), MPI4PY, env=build_env)
+    _pip(python, "install", "-q", "--no-index", "--no-deps", *map(str, wheels.glob("*.whl")))
     # pmc and its other dependencies: this venv's, after the venv's own mpi4py.
     purelib = subprocess.run([str(python), "-c", "import sysconfig; "
                               "print(sysconfig.get_paths()['purelib'])"],

@@ -93,9 +93,8 @@ def opened(sif: Path, how: str) -> Iterator[Path]:
             raise ValueError(f"unknown way to open a SIF: {how}")
         yield root
     finally:
-        if how == "squashfuse":
-            subprocess.run(["fusermount", "-u", str(root)], check=False)
-        elif how == "kernel":
+        if how in ("squashfuse", "kernel"):
+            # As root, umount ends a FUSE mount too; -d frees the kernel's loop device.
             subprocess.run(["umount", "-d", str(root)], check=False)
         shutil.rmtree(where, ignore_errors=True)
 
