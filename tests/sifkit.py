@@ -1,9 +1,11 @@
 """Open a SIF file the way Apptainer does, without Apptainer: read its header and
 descriptors, find the primary system partition, mount that squashfs at its offset
-(squashfuse, as unprivileged Apptainer does, or the kernel's squashfs on a loop device,
-as setuid Apptainer does; or unpack it into a sandbox directory), and enter the root
-file system with the working directory and /tmp bound in (a private mount namespace,
-/dev, /proc, /sys, chroot), sourcing the image's /.singularity.d/env scripts first.
+(squashfuse_ll or squashfuse, as unprivileged Apptainer does, or the kernel's squashfs
+on a loop device, as setuid Apptainer does; or unpack it into a sandbox directory), and
+enter the root file system with the working directory and /tmp bound in (a private mount
+namespace, /dev, /proc, /sys, chroot), sourcing the image's /.singularity.d/env scripts
+first.
+
 
 Used by tests/test_sif.py and benchmarks/sifstart.py (which puts this directory on its
 path). Needs root for mount namespaces, mounts and chroot.
@@ -72,15 +74,17 @@ def system_partition(sif: Path) -> Partition:
 
 @contextlib.contextmanager
 def opened(sif: Path, how: str) -> Iterator[Path]:
-    """The image's root file system, read-only: ``how`` is "squashfuse", "kernel" or
-    "sandbox" (unpacked into a directory, as ``apptainer build --sandbox`` makes one)."""
+    """The image's root file system, read-only: ``how`` is "squashfuse_ll" (the
+    low-level, multi-threaded squashfuse that unprivileged Apptainer prefers),
+    "squashfuse" (its high-level one, Apptainer's fallback), "kernel" or "sandbox"
+    (unpacked into a directory, as ``apptainer build --sandbox`` makes one)."""
     part = system_partition(sif)
     where = Path(tempfile.mkdtemp(prefix=f"pmc-sif-{how}.", dir="/var/tmp"))
     root = where / "root"
     root.mkdir()
     try:
-        if how == "squashfuse":
-            subprocess.run(["squashfuse", "-o", f"offset={part.offset}", str(sif), str(root)],
+        if how in ("squashfuse", "squashfuse_ll"):
+            subprocess.run([how, "-o", f"offset={part.offset}", str(sif), str(root)],
                            check=True)
         elif how == "kernel":
             subprocess.run(["mount", "-t", "squashfs", "-o", f"ro,loop,offset={part.offset}",
@@ -93,7 +97,7 @@ def opened(sif: Path, how: str) -> Iterator[Path]:
             raise ValueError(f"unknown way to open a SIF: {how}")
         yield root
     finally:
-        if how in ("squashfuse", "kernel"):
+        if how in ("squashfuse", "squashfuse_ll", "kernel"):
             # As root, umount ends a FUSE mount too; -d frees the kernel's loop device.
             subprocess.run(["umount", "-d", str(root)], check=False)
         shutil.rmtree(where, ignore_errors=True)

@@ -1,6 +1,7 @@
 """pmc.sif, the file a site runs with ``apptainer exec pmc.sif pmc run``, opened as
 Apptainer opens it (tests/sifkit.py): its descriptors name one primary system squashfs
-partition, which is mounted at its offset (squashfuse, and the kernel's squashfs) and
+partition, which is mounted at its offset (squashfuse_ll and squashfuse, as unprivileged
+Apptainer mounts it, and the kernel's squashfs, as setuid Apptainer does) and
 entered with the working directory and /tmp bound in. From inside it, ``pmc run`` and
 ``pegasus-mpi-cluster`` run the diamond DAG and a 100-task DAG in both MPI models: the
 host's launcher starting each rank inside the image (the hybrid model), and the image's
@@ -45,7 +46,7 @@ def sif() -> Path:
     return path
 
 
-@pytest.fixture(scope="module", params=["squashfuse", "kernel"])
+@pytest.fixture(scope="module", params=["squashfuse_ll", "squashfuse", "kernel"])
 def image(request: pytest.FixtureRequest, sif: Path) -> Iterator[Path]:
     with sifkit.opened(sif, request.param) as root:
         yield root
@@ -148,4 +149,5 @@ def test_the_start_up_benchmark_runs_every_way(sif: Path) -> None:
                        timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     last = r.stdout.strip().splitlines()[-1]
-    assert re.fullmatch(r"SUMMARY host=1\.00 sandbox=\S+ kernel=\S+ squashfuse=\S+", last), last
+    assert re.fullmatch(r"SUMMARY host=1\.00 sandbox=\S+ kernel=\S+ squashfuse_ll=\S+ "
+                        r"squashfuse=\S+", last), last
