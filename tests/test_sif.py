@@ -124,18 +124,24 @@ def test_the_images_own_launcher_inside_it(image: Path, work: Path, dag: str) ->
     assert "Master starting with 2 workers" in r.stderr
 
 
-def test_pegasus_mpi_cluster_and_the_embedded_mode_inside_the_image(
+def test_pegasus_mpi_cluster_and_pmc_run_with_a_profile_inside_the_image(
         image: Path, work: Path) -> None:
     (work / "w.dag").write_text(DIAMOND)
     enter = sifkit.enter_script(image, work)
     r = run([str(enter), "mpiexec", "-n", "3", "pegasus-mpi-cluster", "-s", "w.dag"], work)
     assert r.returncode == 0, r.stderr[-3000:]
     assert 'app="/opt/pmc/bin/pegasus-mpi-cluster"' in summary(r)
-    r = run([str(enter), "pmc", "run", "-s", "--workers", "2", "w.dag"], work)
+    # A batch script of one's own: the site profile, read by the image's pmc (its schema
+    # ships in the wheel).
+    (work / "site.yaml").write_text("site: lab\nscheduler: slurm\n"
+                                    "metrics:\n  textfile: run.prom\n")
+    r = run([str(enter), "pmc", "run", "-s", "--workers", "2", "--site", "site.yaml",
+             "w.dag"], work)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "succeeded=4, failed=0" in summary(r)
-    # The rescue log went to the working directory on the host, through the bind.
+    # The rescue log and the metrics went to the working directory on the host.
     assert (work / "w.dag.rescue").read_text().count("DONE") == 4
+    assert 'site="lab"' in (work / "run.prom").read_text()
 
 
 def test_the_start_up_benchmark_runs_every_way(sif: Path) -> None:
