@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from pmctest import clean_env, pmc, write_dag
+from pmctest import clean_env, pmc, pmc_mpi, write_dag
 
 # Fails its first two tries, succeeds on the third: the file "count" holds the tries.
 FLAKY = """\
@@ -43,6 +43,22 @@ def test_the_profiles_tries_let_a_task_that_fails_twice_succeed(flaky: Path) -> 
     assert tries(cwd) == 3
     assert f"Site profile: {site}" in r.stderr
     assert "Workflow succeeded" in r.stderr
+
+
+@pytest.mark.mpi
+def test_under_mpi_every_rank_reads_the_profile(flaky: Path) -> None:
+    cwd = flaky.parent
+    site = profile(cwd / "site.yaml", "pmc:\n  tries: 3\n  per_task_stdio: true\n")
+    r = pmc_mpi(3, ["run", "--site", str(site), flaky.name], cwd)
+    assert r.returncode == 0, r.stderr
+    assert tries(cwd) == 3
+    assert "Master starting with 2 workers" in r.stderr
+    # A worker's option (per_task_stdio reaches the workers): one file per try.
+    assert sorted(p.name for p in cwd.glob("flaky.out.*")) == [
+        "flaky.out.000", "flaky.out.001", "flaky.out.002"]
+    bad = profile(cwd / "bad.yaml", "pmc:\n  tries: 0\n")
+    r = pmc_mpi(3, ["run", "--site", str(bad), flaky.name], cwd)
+    assert r.returncode == 2 and r.stderr.count("pmc.tries: bad value 0") == 3, r.stderr
 
 
 def test_without_the_profile_the_task_fails(flaky: Path) -> None:
