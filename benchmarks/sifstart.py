@@ -31,6 +31,7 @@ import argparse
 import contextlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -92,6 +93,7 @@ def main() -> int:
     write_independent(work / "w.dag", args.tasks)
     results: dict[str, list[Run]] = {w: [] for w in WAYS}
     with contextlib.ExitStack() as stack:
+        stack.callback(shutil.rmtree, work, ignore_errors=True)
         argv = {"host": [sys.executable, "-m", "pmc", "run", "w.dag"]}
         fuse: dict[str, list[int]] = {"host": []}
         for way in WAYS[1:]:
