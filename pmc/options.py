@@ -22,12 +22,13 @@ from typing import Any, NamedTuple
 from pmc import log
 from pmc.optiontypes import (
     SCHEMA_OF,
+    Ports,
     launcher_template,
     minutes,
     nonneg_int,
     nonneg_seconds,
     path_or_none,
-    port,
+    port_or_range,
     positive_int,
     ref_nonneg_int,
     ref_positive_int,
@@ -75,10 +76,11 @@ class RunOptions(NamedTuple):
     # Observability
     log_format: str = "text"  # "text" or "json"
     log_file: str | None = None
-    metrics_port: int | None = None
+    metrics_port: int | Ports | None = None  # a port (0: any free one), or a range
     metrics_bind: str = "127.0.0.1"
     metrics_textfile: str | None = None
     metrics_pushgateway: str | None = None
+    metrics_file_sd: str | None = None  # a directory: Prometheus file_sd target files
     site: str = ""
     site_profile: str = ""  # the site profile the options not given came from
     # Progress while running (pmc.outputs.progress): a line every so many seconds when stderr is
@@ -306,8 +308,9 @@ OPTIONS: tuple[Option, ...] = (
     Option(("--log-file",), "log_file", "write the log here, not stderr", metavar="PATH",
            extension=True, profile="logging.file"),
     Option(("--metrics-port",), "metrics_port",
-           "serve Prometheus metrics on this port (0: any free port)", metavar="PORT",
-           type=port, extension=True, profile="metrics.port"),
+           "serve Prometheus metrics on this port, or the first free one of FIRST-LAST; "
+           "0, or all taken: any free port (logged)", metavar="PORT",
+           type=port_or_range, extension=True, profile="metrics.port"),
     Option(("--metrics-bind",), "metrics_bind", "address for --metrics-port (default 127.0.0.1)",
            metavar="ADDR", default="127.0.0.1", extension=True, profile="metrics.bind"),
     Option(("--metrics-textfile",), "metrics_textfile",
@@ -316,6 +319,10 @@ OPTIONS: tuple[Option, ...] = (
     Option(("--metrics-pushgateway",), "metrics_pushgateway",
            "push metrics to this Pushgateway, and once more at exit", metavar="URL",
            extension=True, profile="metrics.pushgateway"),
+    Option(("--metrics-file-sd",), "metrics_file_sd",
+           "write a Prometheus file_sd target file for this run's endpoint into DIR, "
+           "removed at the end (serves on a free port if --metrics-port is not given)",
+           metavar="DIR", extension=True, profile="metrics.file_sd"),
     Option(("--progress-interval",), "progress_interval",
            "pmc extension: when stderr is not a terminal, log '[info] Progress: "
            "done/total, running, failed, rate, ETA' every SECONDS (pmc run: default 60, and "

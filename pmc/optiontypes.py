@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from pmc.launchtemplate import check_template
 
@@ -94,6 +94,28 @@ def port(text: str) -> int:
     return value
 
 
+class Ports(NamedTuple):
+    """A range of TCP ports to try in order (``--metrics-port 9466-9475``)."""
+
+    first: int
+    last: int
+
+    def __str__(self) -> str:
+        return f"{self.first}-{self.last}"
+
+
+def port_or_range(text: str) -> int | Ports:
+    """A TCP port (0: any free one), or a range ``FIRST-LAST`` to try in order."""
+    first, dash, last = text.strip().partition("-")
+    if not dash:
+        return port(first)
+    lo, hi = port(first), port(last)
+    if lo == 0 or hi < lo:
+        raise argparse.ArgumentTypeError(f"not a range of TCP ports: {text!r} (FIRST-LAST, "
+                                         "0 < FIRST <= LAST)")
+    return Ports(lo, hi)
+
+
 def path_or_none(text: str) -> str | None:
     return text or None  # PMC_HOST_SCRIPT set but empty: no host script
 
@@ -119,6 +141,8 @@ SCHEMA_OF: dict[Callable[[str], Any], dict[str, Any]] = {
     nonneg_seconds: {"type": "number", "minimum": 0},
     minutes: {"type": "number", "minimum": 0},
     port: {"type": "integer", "minimum": 0, "maximum": 65535},
+    port_or_range: {"oneOf": [{"type": "integer", "minimum": 0, "maximum": 65535},
+                              {"type": "string", "pattern": "^[0-9]+-[0-9]+$"}]},
     launcher_template: {"type": "string"},
     str: {"type": "string"},
 }

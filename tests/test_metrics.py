@@ -109,7 +109,7 @@ def scrape_run(cmd: list[str], cwd: Path, n: int) -> tuple[int, list[dict], str]
         assert proc.stderr is not None
         for line in proc.stderr:
             err_lines.append(line)
-            m = re.search(r"Metrics: serving (http://\S+)", line)
+            m = re.search(r"Metrics: serving (http://[^\s\"]+)", line)
             if m and not url_box:
                 url_box.append(m.group(1))
                 found.set()
@@ -170,7 +170,8 @@ def check_scrapes(scrapes: list[dict], n: int) -> None:  # type: ignore[type-arg
     assert value(final, "pmc_workflow_exit_code") == 0
     assert value(final, "pmc_tasks_total", outcome="succeeded") == n
     assert value(final, "pmc_tasks_total", outcome="failed") == 0
-    assert value(final, "pmc_tasks_total", outcome="retry") == 0
+    assert value(final, "pmc_task_tries_total", outcome="succeeded") == n
+    assert value(final, "pmc_task_tries_total", outcome="retry") == 0
     assert value(final, "pmc_tasks_dispatched_total") == n
     assert value(final, "pmc_workflow_tasks") == n
     assert value(final, "pmc_tasks_running") == 0
@@ -180,7 +181,8 @@ def check_scrapes(scrapes: list[dict], n: int) -> None:  # type: ignore[type-arg
     assert value(final, "pmc_task_duration_seconds_bucket", le="+Inf") == n
     # Each task sleeps 0.2 s: the summed runtime is at least that.
     assert value(final, "pmc_task_duration_seconds_sum") >= 0.2 * n
-    assert 0 < value(final, "pmc_resource_utilization") <= 1.0
+    assert 0 < value(final, "pmc_slot_utilization_ratio") <= 1.0
+    assert 0 < value(final, "pmc_cpu_utilization_ratio") <= 1.0
     hosts = {dict(k[1])["host"] for k in final if k[0] == "pmc_host_task_seconds_total"}
     assert hosts == {socket.gethostname()}
 
@@ -212,7 +214,8 @@ def test_endpoint_textfile_and_push_during_embedded_run(tmp_path: Path,
     text = parse(prom.read_text())
     for key in (("pmc_tasks_total", (("outcome", "succeeded"),)),
                 ("pmc_task_duration_seconds_count", ()), ("pmc_workflow_tasks", ()),
-                ("pmc_task_duration_seconds_sum", ()), ("pmc_resource_utilization", ())):
+                ("pmc_task_duration_seconds_sum", ()), ("pmc_slot_utilization_ratio", ()),
+                ("pmc_cpu_utilization_ratio", ())):
         assert text[key] == final[key], key
     assert sorted(p.name for p in tmp_path.glob("pmc.prom*")) == ["pmc.prom"]
 
@@ -258,9 +261,13 @@ def test_failures_and_retries_are_counted(tmp_path: Path) -> None:
             tmp_path)
     assert r.returncode == 1, r.stderr
     s = parse((tmp_path / "f.prom").read_text(), dag="f.dag")
+    # Tasks by their final outcome; tries by what ended each.
     assert value(s, "pmc_tasks_total", outcome="succeeded") == 2
     assert value(s, "pmc_tasks_total", outcome="failed") == 1
-    assert value(s, "pmc_tasks_total", outcome="retry") == 2  # flaky once, bad once
+    assert ("pmc_tasks_total", (("outcome", "retry"),)) not in s
+    assert value(s, "pmc_task_tries_total", outcome="succeeded") == 2
+    assert value(s, "pmc_task_tries_total", outcome="failed") == 1
+    assert value(s, "pmc_task_tries_total", outcome="retry") == 2  # flaky once, bad once
     assert value(s, "pmc_task_duration_seconds_count") == 5
     assert value(s, "pmc_workflow_exit_code") == 1
     rec = summary_record(r.stdout)
@@ -269,15 +276,83 @@ def test_failures_and_retries_are_counted(tmp_path: Path) -> None:
         "5", "2", "3", "0")
 
 
-def test_port_in_use_is_fatal(tmp_path: Path) -> None:
-    dag = write_dag(tmp_path / "a.dag", "TASK A /bin/true\n")
-    with socket.socket() as busy:
+def busy_port_with_a_free_next() -> socket.socket:
+    """A listening socket on a port whose next port is free (as far as can be told)."""
+    while True:
+        busy = socket.socket()
         busy.bind(("127.0.0.1", 0))
+        port = busy.getsockname()[1]
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port + 1))
+            except OSError:
+                busy.close()
+                continue
         busy.listen()
+        return busy
+
+
+def test_a_taken_port_never_stops_the_run(tmp_path: Path) -> None:
+    """The port asked for is taken: the run says so, serves on a free one (the next of a
+    range first), tells where in its log and its status snapshot, and finishes."""
+    dag = write_dag(tmp_path / "a.dag", "TASK A /bin/true\n")
+    with busy_port_with_a_free_next() as busy:
         port = busy.getsockname()[1]
         r = pmc(["run", "--workers", "1", "--metrics-port", str(port), dag.name], tmp_path)
-    assert r.returncode == 1
-    assert f"[fatal] Cannot serve metrics on 127.0.0.1:{port}" in r.stderr
+        assert r.returncode == 0, r.stderr
+        m = re.search(r"\[warn\] Metrics: cannot have port (\d+) on 127.0.0.1 \(in use or not "
+                      r"allowed\); serving on free port (\d+) instead\n", r.stderr)
+        assert m and m.group(1) == str(port), r.stderr
+        url = f"http://127.0.0.1:{m.group(2)}/metrics"
+        assert f"[info] Metrics: serving {url}\n" in r.stderr
+        snapshot = json.loads((tmp_path / "a.dag.status.json").read_text())
+        assert snapshot["metrics"] == url
+        # A range whose first port is taken: the next one, without a word.
+        r = pmc(["run", "--workers", "1", "-s", "--metrics-port", f"{port}-{port + 1}",
+                 dag.name], tmp_path)
+        assert r.returncode == 0, r.stderr
+        assert f"[info] Metrics: serving http://127.0.0.1:{port + 1}/metrics\n" in r.stderr
+        assert "[warn]" not in r.stderr
+
+
+def test_a_task_holding_every_cpu_keeps_them_busy(tmp_path: Path) -> None:
+    """A -c 2 task on a host of 2 cpus and 2 slots: the cpus were busy all along (0.95
+    of the run at least: its start and end take a moment), the slots half of it, in the
+    metrics and in the report; while it runs a scrape shows the utilisation so far above
+    0, the memory it asked for of its host's, and its cpus busy."""
+    dag = write_dag(tmp_path / "sleepy.dag", "TASK big -c 2 -m 100 /bin/sleep 6\n")
+    code, scrapes, err = scrape_run(
+        [sys.executable, "-m", "pmc", "run", "--workers", "2", "--host-cpus", "2",
+         "--metrics-port", "0", "--log-format", "json", dag.name], tmp_path, 1)
+    assert code == 0, err
+    host = socket.gethostname()
+    mid = [s for s in scrapes if value(s, "pmc_tasks_running") == 1]
+    assert mid, "no scrape while the task ran"
+    for s in mid:
+        assert value(s, "pmc_cpu_utilization_ratio") > 0
+        assert value(s, "pmc_host_cpus_busy", host=host) == 2
+        assert value(s, "pmc_host_cpus", host=host) == 2
+        assert value(s, "pmc_host_memory_requested_bytes", host=host) == 100 << 20
+        assert value(s, "pmc_host_memory_bytes", host=host) > 0
+    final = scrapes[-1]
+    per_cpu = value(final, "pmc_cpu_utilization_ratio")
+    assert per_cpu >= 0.95
+    assert value(final, "pmc_slot_utilization_ratio") == pytest.approx(per_cpu / 2)
+    assert value(final, "pmc_host_memory_requested_bytes", host=host) == 0
+    events = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    [end] = [e for e in events if e["event"] == "workflow.finished"]
+    assert end["cpu_utilization"] == pytest.approx(per_cpu)
+    [task] = [e for e in events if e["event"] == "task.finished"]
+    # The peak memory histogram holds the try whose peak is known.
+    known = task["max_rss_kb"] is not None
+    assert value(final, "pmc_task_max_rss_bytes_count") == (1 if known else 0)
+    if known:
+        assert value(final, "pmc_task_max_rss_bytes_sum") == task["max_rss_kb"] * 1024
+    (tmp_path / "ev.jsonl").write_text(err)
+    r = pmc(["report", "ev.jsonl"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert (f"RU (resource utilisation): {per_cpu:.3f} of the cpus' time "
+            f"({per_cpu / 2:.3f} of the slots')") in r.stdout
 
 
 def test_unreachable_pushgateway_warns_but_run_succeeds(tmp_path: Path) -> None:
@@ -324,7 +399,10 @@ def test_metric_names_follow_prometheus_conventions() -> None:
             assert fam.name.endswith("_seconds") or "_seconds_" in fam.name
     for expected in ("pmc_tasks_total", "pmc_tasks_running", "pmc_tasks_ready",
                      "pmc_task_duration_seconds_bucket", "pmc_slots", "pmc_slots_busy",
-                     "pmc_cpus", "pmc_cpus_busy", "pmc_resource_utilization",
+                     "pmc_cpus", "pmc_cpus_busy", "pmc_cpu_utilization_ratio",
+                     "pmc_slot_utilization_ratio", "pmc_task_tries_total",
+                     "pmc_host_memory_bytes", "pmc_host_memory_requested_bytes",
+                     "pmc_task_max_rss_bytes_bucket",
                      "pmc_forwarded_bytes_total", "pmc_workflow_wall_seconds",
                      "pmc_workflow_info", "pmc_workers", "pmc_workers_lost_total",
                      "pmc_workers_replaced_total", "pmc_hosts_quarantined"):
@@ -388,7 +466,7 @@ def test_every_dashboard_query_uses_exported_metrics() -> None:
         unknown = found - names
         assert not unknown, f"{expr!r} uses {sorted(unknown)}, not exported"
         used |= found
-    assert {"pmc_tasks_total", "pmc_resource_utilization",
+    assert {"pmc_tasks_total", "pmc_cpu_utilization_ratio", "pmc_host_memory_bytes",
             "pmc_task_duration_seconds_bucket"} <= used
 
 

@@ -19,26 +19,28 @@ def ev(event: str, **fields: object) -> str:
 
 
 def end(task: str, attempt: int, host: str, start: float, duration: float, outcome: str,
-        status: int = 0, error: str | None = None) -> str:
+        status: int = 0, error: str | None = None, cpus: int = 1) -> str:
     return ev("task.finished" if outcome == "succeeded" else "task.failed", task=task,
-              **{"try": attempt}, rank=1 if host == "h1" else 2, host=host, cpus=1,
+              **{"try": attempt}, rank=1 if host == "h1" else 2, host=host, cpus=cpus,
               memory=0, outcome=outcome, status=status, start=START + start,
               duration=duration, cpu_time=0.0, max_rss_kb=100, error=error)
 
 
 HAND_LOG = "\n".join([
     "[INFO] rank 1: a worker's text line is skipped",
-    ev("workflow.started", dag="hand.dag", tasks=4, recovered=1, slots=2, start=START),
-    ev("host", host="h1", slots=1),
-    ev("host", host="h2", slots=1),
+    ev("workflow.started", dag="hand.dag", tasks=4, recovered=1, slots=2, cpus=4,
+       start=START),
+    ev("host", host="h1", slots=1, cpus=2),
+    ev("host", host="h2", slots=1, cpus=2),
     ev("task.ready", task="A"),
-    # h1: A [0, 2) ok, C [2, 3) failed for good.  h2: B [0, 1) failed, B again [1, 4) ok.
-    end("A", 1, "h1", 0.0, 2.0, "succeeded"),
+    # h1: A [0, 2) ok, C [2, 3) failed for good, each on 2 cpus.  h2: B [0, 1) failed, B
+    # again [1, 4) ok, on 1 cpu.
+    end("A", 1, "h1", 0.0, 2.0, "succeeded", cpus=2),
     end("B", 1, "h2", 0.0, 1.0, "retry", status=1 << 8),
     ev("task.retried", task="B", **{"try": 2}),
     end("B", 2, "h2", 1.0, 3.0, "succeeded"),
-    end("C", 1, "h1", 2.0, 1.0, "failed", status=9, error="boom"),
-    ev("workflow.finished", outcome="failed", wall=5.0, slots=2, runtime=7.0),
+    end("C", 1, "h1", 2.0, 1.0, "failed", status=9, error="boom", cpus=2),
+    ev("workflow.finished", outcome="failed", wall=5.0, slots=2, cpus=4, runtime=7.0),
     '{"torn": ',
 ]) + "\n"
 
@@ -49,10 +51,12 @@ def test_hand_computed_figures(tmp_path: Path) -> None:
     r = pmc(["report", "--bin", "1", log.name], tmp_path)
     assert r.returncode == 0, r.stderr
     out = r.stdout
-    # TTX = wall = 5 s; runtime 2 + 1 + 3 + 1 = 7 s; RU = 7 / (5 x 2).
+    # TTX = wall = 5 s; runtime 2 + 1 + 3 + 1 = 7 s; RU = (2x2 + 1 + 3 + 1x2) / (5 x 4
+    # cpus), beside the slots' 7 / (5 x 2).
     assert "TTX (time to execution): 5.000 s" in out
     assert "Summed task runtime: 7.000 s" in out
-    assert "RU (resource utilisation): 0.700" in out
+    assert "Slots: 2, cpus: 4" in out
+    assert "RU (resource utilisation): 0.500 of the cpus' time (0.700 of the slots')" in out
     assert "Throughput: 0.800 tasks/s" in out  # 4 tries in 5 s
     assert "Concurrency: max 2, mean 1.400" in out
     assert "Task tries: 4 (2 succeeded, 1 retried, 1 failed)" in out
@@ -67,8 +71,11 @@ def test_hand_computed_figures(tmp_path: Path) -> None:
         ("3.000", "1", "1.000", "1.000"),
         ("4.000", "1", "1.000", "0.000"),
     ]
-    hosts = re.findall(r"^\s+(h\d)\s+(\d+)\s+(\d+\.\d{3})\s+(\d+)\s+(\d+\.\d{3})$", out, re.M)
-    assert hosts == [("h1", "2", "3.000", "1", "0.600"), ("h2", "2", "4.000", "1", "0.800")]
+    hosts = re.findall(r"^\s+(h\d)\s+(\d+)\s+(\d+\.\d{3})\s+(\d+)\s+(\d+\.\d{3})\s+(\d+)"
+                       r"\s+(\d+\.\d{3})$", out, re.M)
+    # h1: 3 s of 1 slot, 6 cpu-seconds of 2 cpus; h2: 4 s of 1 slot, 4 of 2 cpus.
+    assert hosts == [("h1", "2", "3.000", "1", "0.600", "2", "0.600"),
+                     ("h2", "2", "4.000", "1", "0.800", "2", "0.400")]
     slow = re.findall(r"^  (\w) try (\d): (\d+\.\d{3}) s on (h\d)", out, re.M)
     assert slow[:2] == [("B", "2", "3.000", "h2"), ("A", "1", "2.000", "h1")]
     assert "Tries that did not succeed: 2" in out
@@ -94,12 +101,13 @@ def test_unfinished_run_uses_the_last_task_end(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert "Outcome: did not finish" in r.stdout
     assert "TTX (time to execution): 4.000 s" in r.stdout  # B's second try ends at 4 s
-    assert "RU (resource utilisation): 0.875" in r.stdout  # 7 / (4 x 2)
+    assert "RU (resource utilisation): 0.625" in r.stdout  # 10 / (4 x 4)
 
 
 def test_several_runs_in_one_log(tmp_path: Path) -> None:
     second = "\n".join([
-        ev("workflow.started", dag="hand.dag", tasks=4, recovered=3, slots=1, start=2000.0),
+        ev("workflow.started", dag="hand.dag", tasks=4, recovered=3, slots=1, cpus=1,
+           start=2000.0),
         json.dumps({"event": "task.finished", "level": "info", "timestamp": 2000.0,
                     "task": "C", "try": 1, "host": "h1", "rank": 1, "start": 2000.0,
                     "duration": 0.5, "status": 0, "outcome": "succeeded"}),
@@ -112,7 +120,7 @@ def test_several_runs_in_one_log(tmp_path: Path) -> None:
     assert r.stdout.startswith("Run 2 of 2 in two.jsonl")
     assert "RU (resource utilisation): 0.500" in r.stdout
     r = pmc(["report", "--run", "1", log.name], tmp_path)
-    assert "RU (resource utilisation): 0.700" in r.stdout
+    assert "RU (resource utilisation): 0.500" in r.stdout
     r = pmc(["report", "--run", "3", log.name], tmp_path)
     assert r.returncode == 2
     assert "holds 2 run(s), no run 3" in r.stderr
@@ -130,7 +138,8 @@ def test_report_of_a_real_run_agrees_with_its_summary(tmp_path: Path) -> None:
     r = pmc(["report", "ev.jsonl"], tmp_path)
     assert r.returncode == 0, r.stderr
     assert f"TTX (time to execution): {end_event['wall']:.3f} s" in r.stdout
-    assert f"RU (resource utilisation): {end_event['utilization']:.3f}" in r.stdout
+    assert (f"RU (resource utilisation): {end_event['cpu_utilization']:.3f} of the cpus' "
+            f"time ({end_event['utilization']:.3f} of the slots')") in r.stdout
     assert "Task tries: 7 (6 succeeded, 1 failed)" in r.stdout
     assert "  bad try 1: status 256 (exit code 1), failed" in r.stdout
 

@@ -3,13 +3,17 @@
 Figures (definitions as in the RADICAL-Pilot paper and PMC's end-of-run lines):
 - TTX, time to execution: the run's wall time (the ``workflow.finished`` event's "wall";
   for a run that never finished, from its start to the last task's end).
-- RU, resource utilisation: summed runtime of all task tries, failed ones included,
-  divided by TTX x slots — the "Resource utilization (without master)" line.
+- RU, resource utilisation: what the cpus were busy with — the summed runtime of all task
+  tries, failed ones included, each times the cpus it held (-c, times its ranks),
+  divided by TTX x the hosts' cpus: a task holding every core of its host counts in
+  full whatever the host's slots. Beside it the slots' share, summed runtime / (TTX x
+  slots): PMC's "Resource utilization (without master)" line.
 - Throughput over time: task tries that ended in each time bin, per second.
 - Concurrency over time: tasks running, averaged over each time bin (exact, from each
   try's start and duration), and its maximum.
-- Slowest tries, the tries that did not succeed, and per-host utilisation (runtime /
-  (TTX x host slots)).
+- Slowest tries, the tries that did not succeed, and per-host utilisation (per cpu and
+  per slot, as above; a host that shared a multi-rank try with others has no per-cpu
+  figure, as the log does not say how many of its ranks ran there).
 
 Every try is counted and drawn as what it was (``OUTCOMES``): succeeded; retried (failed,
 tried again); failed (failed for good); stopped (killed by a stop of the run — wall time,
@@ -60,6 +64,7 @@ class Try:
     stderr_tail: str | None = None
     gpus: int = 0  # per rank (pmc extension)
     ranks: int = 1  # its host is a comma list when its ranks ran on several
+    cpus: int = 1  # per rank
 
     @property
     def end(self) -> float:
@@ -71,10 +76,12 @@ class Run:
     start: float
     dag: str = ""
     slots: int = 0
+    cpus: int = 0
     tasks: int = 0
     recovered: int = 0
     tries: list[Try] = field(default_factory=list)
     host_slots: dict[str, int] = field(default_factory=dict)
+    host_cpus: dict[str, int] = field(default_factory=dict)
     host_gpus: dict[str, int] = field(default_factory=dict)
     finished: dict[str, Any] | None = None
 
@@ -101,7 +108,7 @@ def read_runs(path: str) -> list[Run]:
             if name == "workflow.started":
                 runs.append(Run(start=float(ev.get("start") or ev.get("timestamp") or 0.0),
                                 dag=str(ev.get("dag", "")), slots=int(ev.get("slots", 0)),
-                                tasks=int(ev.get("tasks", 0)),
+                                cpus=int(ev.get("cpus", 0)), tasks=int(ev.get("tasks", 0)),
                                 recovered=int(ev.get("recovered", 0))))
                 continue
             if not runs:
@@ -122,12 +129,13 @@ def read_runs(path: str) -> list[Run]:
                         cpu_time=float(ev.get("cpu_time") or 0.0),
                         max_rss_kb=int(ev.get("max_rss_kb") or 0), error=ev.get("error"),
                         stderr_tail=ev.get("stderr_tail"), gpus=int(ev.get("gpus") or 0),
-                        ranks=int(ev.get("ranks") or 1)))
+                        ranks=int(ev.get("ranks") or 1), cpus=int(ev.get("cpus", 1))))
                 except (KeyError, TypeError, ValueError) as e:
                     raise ReportError(f"{path}:{lineno}: {name} event without a usable "
                                       f"{e}") from None
             elif name == "host":
                 run.host_slots[str(ev.get("host", ""))] = int(ev.get("slots", 0))
+                run.host_cpus[str(ev.get("host", ""))] = int(ev.get("cpus", 0))
                 if ev.get("gpus"):
                     run.host_gpus[str(ev.get("host", ""))] = int(ev["gpus"])
             elif name == "workflow.finished":
@@ -136,11 +144,24 @@ def read_runs(path: str) -> list[Run]:
 
 
 @dataclass
+class HostFigures:
+    host: str
+    tries: int
+    runtime: float
+    slots: int
+    slot_util: float  # runtime / (TTX x slots)
+    cpus: int
+    util: float | None  # runtime x cpus / (TTX x cpus); None: unknown (see the docstring)
+
+
+@dataclass
 class Figures:
     ttx: float
     runtime: float
     slots: int
-    ru: float
+    cpus: int
+    ru: float  # per cpu
+    slot_ru: float  # per slot: PMC's "without master" line
     tries: int
     succeeded: int
     failed_tries: int  # every try that did not succeed (see by_outcome)
@@ -151,7 +172,7 @@ class Figures:
     bin_width: float
     bins: list[tuple[float, int, float]]  # (bin start offset, tries ended, mean running)
     ended_by_outcome: dict[str, list[int]]  # outcome -> tries ended in each bin
-    per_host: list[tuple[str, int, float, int, float]]  # host, tries, runtime, slots, util
+    per_host: list[HostFigures]
     # Hosts with GPUs: host, GPUs, GPU-seconds of tries, their share of TTX x GPUs (None:
     # unknown, a GPU try ran there with ranks on several hosts, split not logged)
     per_host_gpus: list[tuple[str, int, float, float | None]] = field(default_factory=list)
@@ -176,18 +197,50 @@ def compute(run: Run, bin_width: float | None = None) -> Figures:
         ttx = float(run.finished["wall"])
     else:
         ttx = max((t.end for t in tries), default=run.start) - run.start
-    slots = run.slots
-    if run.finished is not None and run.finished.get("slots"):
-        slots = int(run.finished["slots"])
+    slots, cpus = run.slots, run.cpus
+    if run.finished is not None:
+        slots = int(run.finished.get("slots") or slots)
+        cpus = int(run.finished.get("cpus") or cpus)
     runtime = sum(t.duration for t in tries)
-    ru = runtime / (ttx * slots) if ttx > 0 and slots > 0 else 0.0
+    cpu_seconds = sum(t.duration * t.cpus * t.ranks for t in tries)
     span = max(ttx, max((t.end - run.start for t in tries), default=0.0))
     width = bin_width if bin_width and bin_width > 0 else _nice_width(span)
+    bins, ended_by = _bins(run, width, span)
+    # Maximum concurrency: sweep over starts (+1) and ends (-1); an end at the same
+    # instant as a start frees the slot first.
+    points = sorted([(t.start, 1) for t in tries] + [(t.end, -1) for t in tries],
+                    key=lambda p: (p[0], p[1]))
+    cur = peak = 0
+    for _when, delta in points:
+        cur += delta
+        peak = max(peak, cur)
+    per_host, per_host_gpus = _per_host(run, ttx)
+    succeeded = sum(1 for t in tries if t.outcome == "succeeded")
+    by_outcome = {o: 0 for o in OUTCOMES}
+    for t in tries:
+        by_outcome[t.outcome] = by_outcome.get(t.outcome, 0) + 1
+    return Figures(
+        ttx=ttx, runtime=runtime, slots=slots, cpus=cpus, ru=_share(cpu_seconds, ttx, cpus),
+        slot_ru=_share(runtime, ttx, slots), tries=len(tries), succeeded=succeeded,
+        failed_tries=len(tries) - succeeded, by_outcome=by_outcome, ended_by_outcome=ended_by,
+        throughput=len(tries) / ttx if ttx > 0 else 0.0, max_concurrency=peak,
+        mean_concurrency=runtime / ttx if ttx > 0 else 0.0, bin_width=width, bins=bins,
+        per_host=per_host, per_host_gpus=per_host_gpus)
+
+
+def _share(seconds: float, ttx: float, units: int) -> float:
+    """``seconds`` over TTX x ``units`` (0 when either is 0)."""
+    return seconds / (ttx * units) if ttx > 0 and units > 0 else 0.0
+
+
+def _bins(run: Run, width: float, span: float
+          ) -> tuple[list[tuple[float, int, float]], dict[str, list[int]]]:
+    """Per time bin: tries ended and mean tasks running; tries ended by outcome."""
     nbins = max(1, math.ceil(span / width - 1e-9))
     ended = [0] * nbins
     ended_by: dict[str, list[int]] = {o: [0] * nbins for o in OUTCOMES}
     busy = [0.0] * nbins  # task-seconds inside each bin
-    for t in tries:
+    for t in run.tries:
         s = t.start - run.start
         e = t.end - run.start
         i = min(nbins - 1, max(0, int(e // width)))
@@ -200,49 +253,43 @@ def compute(run: Run, bin_width: float | None = None) -> Figures:
             if hi > lo:
                 busy[b] += hi - lo
             b += 1
-    bins = [(i * width, ended[i], busy[i] / width) for i in range(nbins)]
-    # Maximum concurrency: sweep over starts (+1) and ends (-1); an end at the same
-    # instant as a start frees the slot first.
-    points = sorted([(t.start, 1) for t in tries] + [(t.end, -1) for t in tries],
-                    key=lambda p: (p[0], p[1]))
-    cur = peak = 0
-    for _when, delta in points:
-        cur += delta
-        peak = max(peak, cur)
-    hosts: dict[str, tuple[int, float]] = {}
+    return [(i * width, ended[i], busy[i] / width) for i in range(nbins)], ended_by
+
+
+def _per_host(run: Run, ttx: float
+              ) -> tuple[list[HostFigures], list[tuple[str, int, float, float | None]]]:
+    """Each host's tries, runtime and utilisation, and the GPUs' of those that have
+    some. A multi-rank try counts on each of its hosts; where it ran on several, the
+    cpu- and GPU-seconds of each are unknown (the log does not split its ranks)."""
+    hosts: dict[str, tuple[int, float, float]] = {}  # tries, runtime, cpu-seconds
     gpu_secs: dict[str, float] = {}
-    unknown: set[str] = set()
-    for t in tries:
-        names = t.host.split(",")  # a multi-rank try counts on each of its hosts
+    unknown: set[str] = set()  # hosts of multi-host tries: their cpu-seconds unknown
+    gpus_unknown: set[str] = set()  # and GPU-seconds, for those with GPUs
+    for t in run.tries:
+        names = t.host.split(",")
         for host in names:
-            n, secs = hosts.get(host, (0, 0.0))
-            hosts[host] = (n + 1, secs + t.duration)
-            if t.gpus and len(names) > 1:
+            n, secs, cpu_secs = hosts.get(host, (0, 0.0, 0.0))
+            hosts[host] = (n + 1, secs + t.duration,
+                           cpu_secs + t.duration * t.cpus * t.ranks)
+            if len(names) > 1:
                 unknown.add(host)
+                if t.gpus:
+                    gpus_unknown.add(host)
             elif t.gpus:
                 gpu_secs[host] = gpu_secs.get(host, 0.0) + t.duration * t.gpus * t.ranks
     per_host_gpus: list[tuple[str, int, float, float | None]] = []
     for host, ngpus in sorted(run.host_gpus.items()):
         secs = gpu_secs.get(host, 0.0)
-        share = None if host in unknown else secs / (ttx * ngpus) if ttx > 0 else 0.0
-        per_host_gpus.append((host, ngpus, secs, share))
+        per_host_gpus.append((host, ngpus, secs,
+                              None if host in gpus_unknown else _share(secs, ttx, ngpus)))
     per_host = []
     for host in sorted(set(hosts) | set(run.host_slots)):
-        n, secs = hosts.get(host, (0, 0.0))
-        hslots = run.host_slots.get(host, 0)
-        util = secs / (ttx * hslots) if ttx > 0 and hslots > 0 else 0.0
-        per_host.append((host, n, secs, hslots, util))
-    succeeded = sum(1 for t in tries if t.outcome == "succeeded")
-    by_outcome = {o: 0 for o in OUTCOMES}
-    for t in tries:
-        by_outcome[t.outcome] = by_outcome.get(t.outcome, 0) + 1
-    return Figures(
-        ttx=ttx, runtime=runtime, slots=slots, ru=ru, tries=len(tries),
-        succeeded=succeeded, failed_tries=len(tries) - succeeded, by_outcome=by_outcome,
-        ended_by_outcome=ended_by,
-        throughput=len(tries) / ttx if ttx > 0 else 0.0, max_concurrency=peak,
-        mean_concurrency=runtime / ttx if ttx > 0 else 0.0, bin_width=width, bins=bins,
-        per_host=per_host, per_host_gpus=per_host_gpus)
+        n, secs, cpu_secs = hosts.get(host, (0, 0.0, 0.0))
+        hslots, hcpus = run.host_slots.get(host, 0), run.host_cpus.get(host, 0)
+        per_host.append(HostFigures(
+            host, n, secs, hslots, _share(secs, ttx, hslots), hcpus,
+            None if host in unknown else _share(cpu_secs, ttx, hcpus)))
+    return per_host, per_host_gpus
 
 
 def render(run: Run, fig: Figures, top: int = 10) -> str:
@@ -259,8 +306,9 @@ def render(run: Run, fig: Figures, top: int = 10) -> str:
     w(f"Task tries: {fig.tries} ({counts})")
     w(f"TTX (time to execution): {fig.ttx:.3f} s")
     w(f"Summed task runtime: {fig.runtime:.3f} s")
-    w(f"Slots: {fig.slots}")
-    w(f"RU (resource utilisation): {fig.ru:.3f}")
+    w(f"Slots: {fig.slots}, cpus: {fig.cpus}")
+    w(f"RU (resource utilisation): {fig.ru:.3f} of the cpus' time "
+      f"({fig.slot_ru:.3f} of the slots')")
     w(f"Throughput: {fig.throughput:.3f} tasks/s")
     w(f"Concurrency: max {fig.max_concurrency}, mean {fig.mean_concurrency:.3f}")
     w("")
@@ -270,9 +318,12 @@ def render(run: Run, fig: Figures, top: int = 10) -> str:
         w(f"  {start:10.3f} {n:7d} {n / fig.bin_width:9.3f} {running:8.3f}")
     w("")
     w("Per host:")
-    w(f"  {'host':<20} {'tries':>7} {'runtime_s':>10} {'slots':>6} {'util':>6}")
-    for host, n, secs, hslots, util in fig.per_host:
-        w(f"  {host:<20} {n:7d} {secs:10.3f} {hslots:6d} {util:6.3f}")
+    w(f"  {'host':<20} {'tries':>7} {'runtime_s':>10} {'slots':>6} {'slot_util':>9} "
+      f"{'cpus':>5} {'util':>6}")
+    for h in fig.per_host:
+        util = "?" if h.util is None else f"{h.util:6.3f}"
+        w(f"  {h.host:<20} {h.tries:7d} {h.runtime:10.3f} {h.slots:6d} {h.slot_util:9.3f} "
+          f"{h.cpus:5d} {util:>6}")
     if fig.per_host_gpus:
         w("")
         w("GPUs per host (busy: GPU-seconds of tries / (TTX x GPUs)):")

@@ -51,6 +51,7 @@ class Status:
     # pmc extensions, while live: host -> [busy, total] GPUs; multi-rank tasks' hosts
     gpus: dict[str, list[int]] = field(default_factory=dict)
     multirank_tasks: dict[str, list[str]] = field(default_factory=dict)
+    metrics: str = ""  # the live run's metrics endpoint, if it serves one
 
     @property
     def remaining(self) -> int:
@@ -170,6 +171,7 @@ def workflow_status(dag_path: str, rescue_path: str | None = None) -> Status:
                        for h, g in (snap.get("gpus") or {}).items()}
             st.multirank_tasks = {str(m.get("task", "")): [str(h) for h in m.get("hosts", [])]
                                   for m in snap.get("multirank_tasks") or []}
+            st.metrics = str(snap.get("metrics") or "")
             age = time.time() - updated
             where = f"pid {pid} on {host}"
             st.note = f"{where}, updated {age:.1f} s ago" if age < 10 else \
@@ -231,6 +233,8 @@ def render(st: Status, tty: bool, width: int = 80) -> str:
     if st.gpus:
         lines.append("gpus busy/total: " + " ".join(
             f"{host} {busy}/{total}" for host, (busy, total) in sorted(st.gpus.items())))
+    if st.metrics:
+        lines.append(f"metrics: {st.metrics}")
     if st.failed_tasks:
         lines.append("failed tasks: " + " ".join(st.failed_tasks)
                      + (" ..." if st.failed > len(st.failed_tasks) else ""))

@@ -71,12 +71,22 @@ class Summary(NamedTuple):
     # runs again in the next run). ``tries_failed`` counts the retried ones too, as PMC.
     tries_retried: int = 0
     tries_stopped: int = 0
+    # Summed task runtime x the cpus each try held (-c, times its ranks): what the cpus
+    # were busy with (pmc's own figure; the reference's counts slots).
+    cpu_seconds: float = 0.0
 
     # The end-of-run figures, defined once for the log lines, the events and the metrics.
     @property
     def utilization(self) -> float:
         """Summed task runtime over wall time x task slots (the manual's "without master")."""
         return self.runtime / ((self.wall or 1e-9) * max(self.slots, 1))
+
+    @property
+    def cpu_utilization(self) -> float:
+        """The cpus' share of the wall time held by tasks: task-seconds x cpus over wall
+        time x the hosts' cpus (pmc's figure: a task holding every core of its host is
+        1.0, however many slots the host has)."""
+        return self.cpu_seconds / ((self.wall or 1e-9) * max(self.cpus, 1))
 
     @property
     def utilization_with_master(self) -> float:

@@ -40,13 +40,17 @@ def outputs(opts: RunOptions) -> Outputs:
     output = log_output(opts)
     if output.json or opts.log_level >= log.DEBUG:
         observers.append(EventLog(output))
-    observers.append(StatusFile(opts.dag, tally))
+    export = None
     if (opts.metrics_port is not None or opts.metrics_textfile
-            or opts.metrics_pushgateway):
+            or opts.metrics_pushgateway or opts.metrics_file_sd):
         # Imported only when asked for: prometheus_client takes a while to import.
-        from pmc.outputs.metrics import MetricsExport
+        from pmc.outputs.exporters import MetricsExport
 
-        observers.append(MetricsExport(opts, tally))
+        export = MetricsExport(opts, tally)
+    # The snapshot says where the endpoint is (its port may not be the one asked for).
+    observers.append(StatusFile(opts.dag, tally, export.url if export else ""))
+    if export is not None:
+        observers.append(export)
     progress = progress_observer(opts, [tally])
     if progress is not None:
         observers.append(progress)

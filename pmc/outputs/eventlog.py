@@ -313,8 +313,10 @@ def _held_events(ev: tuple[Any, ...]) -> list[tuple[str, dict[str, Any]]]:
 
 
 def summary_figures(s: Summary) -> dict[str, float]:
-    """The end-of-run figures, as the [INFO] lines of write_summary give them."""
+    """The end-of-run figures, as the [INFO] lines of write_summary give them, and the
+    utilisation per cpu (pmc's own)."""
     return {
+        "cpu_utilization": s.cpu_utilization,
         "utilization": s.utilization,
         "utilization_with_master": s.utilization_with_master,
         "throughput": s.throughput,

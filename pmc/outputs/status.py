@@ -2,9 +2,10 @@
 
 ``StatusFile`` is the observer that keeps it next to the DAG from the run's tally: counts
 of done / running / failed / ready tasks, the names of running and failed tasks, pid and
-host of the master, and the run's state. It is replaced atomically (tmp + rename) at
-most once a second, by a thread, and once more at the end, so it costs nothing per task
-and needs no log option. Nothing is written before the run has started.
+host of the master, the URL of its metrics endpoint (if it serves one) and the run's
+state. It is replaced atomically (tmp + rename) at most once a second, by a thread, and
+once more at the end, so it costs nothing per task and needs no log option. Nothing is
+written before the run has started.
 """
 
 from __future__ import annotations
@@ -39,9 +40,10 @@ class StatusFile(Observer):
     writing it itself would leave every slot without its next task. The last one is
     written on the spot, after any still in flight."""
 
-    def __init__(self, dag_path: str, tally: Tally) -> None:
+    def __init__(self, dag_path: str, tally: Tally, metrics_url: str = "") -> None:
         self.path = snapshot_path(dag_path)
         self.tally = tally
+        self.metrics_url = metrics_url  # the run's metrics endpoint, if it serves one
         self.host = socket.gethostname()
         self.next_write = float("inf")  # no snapshot before the run has started
         self.state = "starting"
@@ -109,6 +111,7 @@ class StatusFile(Observer):
             "multirank_tasks": [{"task": name, "hosts": hosts.split(",")}
                                 for name, hosts in islice(t.multirank.copy().values(),
                                                           NAMES_KEPT)],
+            "metrics": self.metrics_url,
         }
 
     def text(self) -> str:

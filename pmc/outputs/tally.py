@@ -21,6 +21,9 @@ from pmc.dag.model import options_of
 # Upper bounds (seconds) of the task duration histogram: milliseconds to hours.
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
                     60.0, 300.0, 900.0, 3600.0, 14400.0)
+# Upper bounds (KiB, as the workers measure it) of the tries' peak memory histogram:
+# 1 MiB to 256 GiB, by fours.
+RSS_BUCKETS_KB = tuple(1024 << (2 * i) for i in range(10))
 
 
 class Tally(Observer):
@@ -44,8 +47,9 @@ class Tally(Observer):
         self.retried = 0
         self.stopped = 0
         self.lost = 0
-        # Started by a worker and not ended: never more than the slots.
-        self.running: dict[int, tuple[Task, int, str]] = {}  # id -> (task, rank, host)
+        # Started by a worker and not ended: never more than the slots. id -> (task, rank,
+        # host, its start: the worker's Unix time).
+        self.running: dict[int, tuple[Task, int, str, float]] = {}
         # Dispatched, not started yet (in flight to the worker, or promoted in the place of
         # a task that ended, the worker's word on its start to come).
         self.sent: dict[int, tuple[Task, int, str]] = {}
@@ -53,11 +57,18 @@ class Tally(Observer):
         self.cpus_busy = 0
         self.memory_busy = 0
         self.runtime = 0.0
+        self.cpu_seconds = 0.0  # of tries ended: runtime x the cpus they held
         self.cpu_time = 0.0
         self.forwarded = 0
         self.buckets = [0] * (len(DURATION_BUCKETS) + 1)  # last: above the top bound
+        # Peak memory of ended tries whose peak is known (KiB): per bucket, and the sum.
+        self.rss_buckets = [0] * (len(RSS_BUCKETS_KB) + 1)
+        self.rss_kb = 0
         self.host_runtime: dict[str, float] = {}
         self.host_slots: dict[str, int] = {}
+        # Requested cpus and memory (MB) held by tasks, per host: host -> (busy, total).
+        self.host_cpus: dict[str, tuple[int, int]] = {}
+        self.host_memory: dict[str, tuple[int, int]] = {}
         # GPUs per host that has some: host -> (busy, total), as of its last change.
         self.host_gpus: dict[str, tuple[int, int]] = {}
         # Running multi-rank tasks (pmc extension): id -> (name, its hosts, comma list).
@@ -80,6 +91,8 @@ class Tally(Observer):
     def host_changed(self, host: Host) -> None:
         if host.name not in self.host_slots:
             self.host_slots[host.name] = sum(w.slots for w in host.workers)
+        self.host_cpus[host.name] = (host.cpus - host.free_cpus, host.cpus)
+        self.host_memory[host.name] = (host.memory - host.free_memory, host.memory)
         if host.gpus:
             self.host_gpus[host.name] = (len(host.gpus) - len(host.free_gpus), len(host.gpus))
 
@@ -103,7 +116,7 @@ class Tally(Observer):
     def task_started(self, task: Task, seq: int, attempt: int, rank: int, host: str,
                      start: float) -> None:
         self.sent.pop(task.id, None)
-        self.running[task.id] = (task, rank, host)
+        self.running[task.id] = (task, rank, host, start)
         self.cpus_busy += task.cpus
         self.memory_busy += task.memory
         if options_of(task).ranks != 1:  # its other ranks' cpus and memory are busy too
@@ -130,8 +143,14 @@ class Tally(Observer):
             else:
                 self.host_runtime[host] = self.host_runtime.get(host, 0.0) + d
         self.runtime += d
+        o = options_of(task)
+        self.cpu_seconds += d * o.cpus * o.ranks
         self.cpu_time += res.cpu_time
         self.buckets[bisect_left(DURATION_BUCKETS, d)] += 1
+        rss = res.max_rss_kb
+        if rss is not None:
+            self.rss_buckets[bisect_left(RSS_BUCKETS_KB, rss)] += 1
+            self.rss_kb += rss
 
     def queue_changed(self, queued: int) -> None:
         self.prefetched = queued
@@ -204,11 +223,24 @@ class Tally(Observer):
             return 0.0
         return max(0.0, time.time() - self.info.start)
 
-    def utilization(self) -> float:
-        """Summed task runtime / (wall x slots): the end-of-run figure, so far (with
-        the slots of the start, as that figure)."""
+    def utilization(self) -> tuple[float, float]:
+        """(per cpu, per slot) so far: the seconds of ended tries and of running ones up
+        to now (times the cpus each holds, for the first), over the wall time x the cpus
+        (the slots) of the start. At the end, the summary's ``cpu_utilization`` and
+        ``utilization``: the end-of-run figures."""
+        info = self.info
+        if self.summary is not None:
+            return self.summary.cpu_utilization, self.summary.utilization
+        if info is None:
+            return 0.0, 0.0
         wall = self.wall()
-        slots = self.info.slots if self.info is not None else 0
-        if wall <= 0 or slots <= 0:
-            return 0.0
-        return self.runtime / (wall * slots)
+        cpu_s, slot_s = self.cpu_seconds, self.runtime
+        now = time.time()
+        # A copy: the master's thread changes the dict while a scrape reads it.
+        for task, _rank, _host, start in self.running.copy().values():
+            elapsed = max(0.0, now - start)  # (a worker's clock a little ahead: none yet)
+            o = options_of(task)
+            slot_s += elapsed
+            cpu_s += elapsed * o.cpus * o.ranks
+        return (cpu_s / (wall * info.cpus) if wall > 0 and info.cpus > 0 else 0.0,
+                slot_s / (wall * info.slots) if wall > 0 and info.slots > 0 else 0.0)

@@ -24,6 +24,7 @@ from pmc.core.protocol import TaskResult
 from pmc.core.rescue import RescueError, RescueLog
 from pmc.core.resources import Resources
 from pmc.dag import DAG
+from pmc.dag.model import options_of
 from pmc.errors import FatalError
 from pmc.options import RunOptions
 from pmc.runtime import ordering, startup
@@ -344,7 +345,8 @@ class Master(Losses):
             task = tasks[res.id]
             if affinity:
                 worker.host.give_cpu_set(list(affinity))
-            counts.ended(res, worker.host.name)
+            opts = options_of(task)
+            counts.ended(res, worker.host.name, opts.cpus * opts.ranks)
             error = res.error
             if self.forward_errors and res.id in self.forward_errors:
                 error = error or self.forward_errors.pop(res.id)

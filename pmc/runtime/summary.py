@@ -18,8 +18,8 @@ from pmc.core.resources import Resources
 
 
 class Counts:
-    __slots__ = ("cpu_time", "first_start", "last_end", "per_host_runtime", "runtime",
-                 "tries_failed", "tries_stopped", "tries_submitted")
+    __slots__ = ("cpu_seconds", "cpu_time", "first_start", "last_end", "per_host_runtime",
+                 "runtime", "tries_failed", "tries_stopped", "tries_submitted")
 
     def __init__(self) -> None:
         # Tries as the reference's [cluster-summary] counts them: every try sent to a
@@ -28,14 +28,16 @@ class Counts:
         self.tries_failed = 0
         self.tries_stopped = 0  # killed by a stop of the run
         self.runtime = 0.0
+        self.cpu_seconds = 0.0  # runtime x the cpus each try held
         self.cpu_time = 0.0
         self.first_start: float | None = None
         self.last_end = 0.0
         self.per_host_runtime: dict[str, float] = {}
 
-    def ended(self, res: TaskResult, host: str) -> None:
-        """A try ended on ``host``."""
+    def ended(self, res: TaskResult, host: str, cpus: int) -> None:
+        """A try that held ``cpus`` (all its ranks') ended on ``host``."""
         self.runtime += res.duration
+        self.cpu_seconds += res.duration * cpus
         self.cpu_time += res.cpu_time
         self.per_host_runtime[host] = self.per_host_runtime.get(host, 0.0) + res.duration
         if self.first_start is None or res.start < self.first_start:
@@ -64,6 +66,7 @@ class Counts:
             runtime=self.runtime, cpu_time=self.cpu_time, slots=resources.total_slots,
             cpus=resources.total_cpus, workers=len(resources.workers),
             makespan=makespan, held=engine.nheld, per_host_runtime=self.per_host_runtime,
+            cpu_seconds=self.cpu_seconds,
         )
 
 
