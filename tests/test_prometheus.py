@@ -25,6 +25,7 @@ from pmctest import REPO, clean_env, write_dag
 from test_metrics import dashboard_queries
 
 PROMETHEUS = shutil.which("prometheus")
+PROMTOOL = shutil.which("promtool")
 NODE_EXPORTER = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
 N = 12
 IDENT = {"dag": "flow.dag", "site": "test-site", "batch_job": "4242", "chain": "4240"}
@@ -116,6 +117,20 @@ def start_run(tmp_path: Path, textdir: Path) -> tuple[subprocess.Popen[bytes], s
     return proc, m.group(1), lines
 
 
+def start_prometheus(tmp_path: Path, cfg: dict[str, Any],
+                     procs: list[subprocess.Popen[bytes]]) -> Prom:
+    assert PROMETHEUS is not None
+    cfg_path = tmp_path / "prometheus.yml"
+    cfg_path.write_text(yaml.safe_dump(cfg))
+    port = free_port()
+    procs.append(subprocess.Popen(
+        [PROMETHEUS, f"--config.file={cfg_path}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+         f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    wait_for(f"http://127.0.0.1:{port}/-/ready", procs[-1], "prometheus")
+    return Prom(port)
+
+
 def prometheus_config(target: str, node: str | None) -> dict[str, Any]:
     """The shipped config, pointed at this run (and at node_exporter as a second path)."""
     cfg = yaml.safe_load((REPO / "configs" / "prometheus.yml").read_text())
@@ -154,15 +169,7 @@ def test_dashboard_queries_on_a_real_prometheus(tmp_path: Path,
              f"--collector.textfile.directory={textdir}", f"--web.listen-address={node}"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         wait_for(f"http://{node}/metrics", procs[-1], "node_exporter")
-    cfg_path = tmp_path / "prometheus.yml"
-    cfg_path.write_text(yaml.safe_dump(prometheus_config(target, node)))
-    port = free_port()
-    procs.append(subprocess.Popen(
-        [PROMETHEUS, f"--config.file={cfg_path}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-         f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-    wait_for(f"http://127.0.0.1:{port}/-/ready", procs[-1], "prometheus")
-    prom = Prom(port)
+    prom = start_prometheus(tmp_path, prometheus_config(target, node), procs)
 
     # The run lingers until a scrape has read its final numbers; the sample of that
     # scrape is the moment the endpoint's queries are evaluated at (once the master has
@@ -202,3 +209,80 @@ def test_dashboard_queries_on_a_real_prometheus(tmp_path: Path,
         assert prom.scalar(both) == 2 * N
         errors = prom.query('node_textfile_scrape_error{job="node"}')
         assert [e["value"][1] for e in errors] == ["0"]
+
+
+def targets(prom: Prom) -> list[dict[str, Any]]:
+    body = json.loads(get(f"{prom.base}/api/v1/targets?state=active"))
+    found: list[dict[str, Any]] = body["data"]["activeTargets"]
+    return [t for t in found if t["labels"].get("job") == "pmc"]
+
+
+def until(what: str, check: Any, limit: float = 60) -> Any:
+    deadline = time.monotonic() + limit
+    while True:
+        got = check()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.2)
+
+
+def test_file_sd_discovers_two_runs_on_one_port_and_forgets_them(
+        tmp_path: Path, procs: list[subprocess.Popen[bytes]]) -> None:
+    """Two runs asked for the same port, each writing its target into the directory the
+    shipped config's file_sd reads: the second serves on a free port, Prometheus finds
+    and scrapes both (their identity labels on the targets and the series), each run
+    ends once a scrape has seen its final numbers, and Prometheus drops both targets
+    when their files go. A live scrape is clean to promtool."""
+    sd = tmp_path / "targets"
+    sd.mkdir()
+    cfg = yaml.safe_load((REPO / "configs" / "prometheus.yml").read_text())
+    [job] = cfg["scrape_configs"]
+    assert job["honor_labels"] is True
+    job.pop("static_configs")
+    job["file_sd_configs"] = [{"files": [f"{sd}/*.json"], "refresh_interval": "1s"}]
+    job["scrape_interval"] = "1s"
+    prom = start_prometheus(tmp_path, cfg, procs)
+    port = free_port()
+    runs: list[tuple[subprocess.Popen[bytes], Path]] = []
+    for job_id in ("501", "502"):
+        cwd = tmp_path / job_id
+        cwd.mkdir()
+        # Running until the test opens the gate: discovery takes what it takes.
+        write_dag(cwd / "flow.dag", "TASK wait /bin/sh -c 'until [ -e ../gate ]; do sleep "
+                  "0.1; done'\nTASK t1 /bin/true\nEDGE wait t1\n")
+        env = clean_env(PMC_METRICS_LINGER="60", PMC_JOB_ID=job_id, PMC_SITE_NAME="sd-site")
+        runs.append((subprocess.Popen(
+            [sys.executable, "-m", "pmc", "run", "--workers", "1", "--metrics-port", str(port),
+             "--metrics-file-sd", str(sd), "flow.dag"],
+            cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE), cwd))
+        procs.append(runs[-1][0])
+    # Both discovered and scraped while they run, each under its own identity.
+    found = until("both runs scraped", lambda: (
+        ts := targets(prom), len(ts) == 2 and all(t["health"] == "up" for t in ts))[-1]
+        and ts)
+    assert sorted(t["labels"]["batch_job"] for t in found) == ["501", "502"]
+    assert {t["labels"]["site"] for t in found} == {"sd-site"}
+    assert len({t["scrapeUrl"] for t in found}) == 2, "two endpoints"
+    series = until("two runs' series", lambda: (
+        rs := prom.query('pmc_workflow_running{job="pmc"}'), len(rs) == 2)[-1] and rs)
+    assert sorted(r["metric"]["batch_job"] for r in series) == ["501", "502"]
+    assert all("exported_dag" not in r["metric"] for r in series)
+    if PROMTOOL is not None:
+        body = get(found[0]["scrapeUrl"])
+        check = subprocess.run([PROMTOOL, "check", "metrics"], input=body,
+                               capture_output=True, check=False)
+        assert (check.returncode, check.stdout + check.stderr) == (0, b""), check
+    (tmp_path / "gate").touch()
+    errors = []
+    for proc, _cwd in runs:
+        assert proc.wait(timeout=120) == 0
+        assert proc.stderr is not None
+        errors.append(proc.stderr.read().decode())
+    assert sum("[warn] Metrics: cannot have port" in e for e in errors) == 1, errors
+    # Each run lingered until a scrape saw its end.
+    finals = prom.query('last_over_time(pmc_workflow_exit_code{job="pmc"}[5m])')
+    assert sorted((r["metric"]["batch_job"], r["value"][1]) for r in finals) == [
+        ("501", "0"), ("502", "0")]
+    assert list(sd.iterdir()) == [], "target files left behind"
+    until("both targets forgotten", lambda: not targets(prom))
