@@ -166,8 +166,12 @@ def _script_text(
 
 @_guarded
 def cmd_script(args: argparse.Namespace) -> int:
-    _, _, _, text = _script_text(args)
-    sys.stdout.write(text)
+    _, _, path, text = _script_text(args)
+    if args.script_path is None:
+        sys.stdout.write(text)
+        return ExitCode.OK
+    write_script(path, text)
+    _note(f"wrote {path}")
     return ExitCode.OK
 
 
@@ -268,7 +272,8 @@ def _script_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--script-path",
         metavar="PATH",
-        help="where the batch script is written (default: WORKFLOW.dag.SCHEDULER.sh)",
+        help="write the batch script here (script: instead of printing it; submit: "
+        "default WORKFLOW.dag.SCHEDULER.sh)",
     )
     p.add_argument(
         "--until-done",

@@ -112,7 +112,9 @@ class Option(NamedTuple):
     key (``pmc.tries``, ``logging.format``) whose value a batch script passes; None when
     the profile cannot set it or sets it another way (``host.cpus``, ``walltime``).
     ``extension``: beyond the reference, listed under "pmc options" in ``--help``.
-    ``worker``: workers need it (it reaches them in their ``WorkerConfig``)."""
+    ``worker``: workers need it (it reaches them in their ``WorkerConfig``). ``only_in``:
+    the one mode ("mpi", "local") where it has an effect; given in the other, the run says
+    so (``without_effect``)."""
 
     flags: tuple[str, ...]
     dest: str
@@ -131,6 +133,7 @@ class Option(NamedTuple):
     worker: bool = False
     field: str | None = None
     to_field: Callable[[Any], Any] | None = None
+    only_in: str | None = None
 
     @property
     def attr(self) -> str:
@@ -239,8 +242,8 @@ OPTIONS: tuple[Option, ...] = (
     Option(("--no-resource-log",), "no_resource_log", "no DAG.resource file", kind="flag",
            profile="pmc.no_resource_log"),
     Option(("--no-sleep-on-recv",), "no_sleep_on_recv",
-           "blocking MPI receives instead of polling with sleep", kind="flag",
-           profile="pmc.no_sleep_on_recv"),
+           "blocking MPI receives instead of polling with sleep (MPI mode only)", kind="flag",
+           profile="pmc.no_sleep_on_recv", only_in="mpi"),
     Option(("--maxfds",), "maxfds", "most files the master keeps open for I/O forwarding",
            metavar="N", type=ref_positive_int, profile="pmc.maxfds"),
     Option(("--keep-affinity",), "keep_affinity", "keep the inherited cpu affinity for tasks",
@@ -258,7 +261,8 @@ OPTIONS: tuple[Option, ...] = (
            metavar="N", type=positive_int, extension=True, profile="pmc.workers",
            profile_help="embedded mode only: worker processes (default: one per cpu); "
            "no effect on a batch job's ranks started by an MPI launcher, whose number is "
-           "nodes x ranks_per_node"),
+           "nodes x ranks_per_node",
+           only_in="local"),
     Option(("--worker-slots",), "worker_slots", "task slots per worker rank (default 1, as in PMC)",
            metavar="K", type=positive_int, default=1, extension=True,
            profile="pmc.worker_slots", worker=True),
@@ -270,7 +274,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(("--no-host-sockets",), "no_host_sockets",
            "MPI mode: workers on the master's host talk to it through MPI too, not a Unix "
            "socket", kind="flag", extension=True, profile="pmc.no_host_sockets",
-           field="host_sockets", to_field=_not),
+           field="host_sockets", to_field=_not, only_in="mpi"),
     Option(("--worker-timeout",), "worker_timeout",
            "a worker silent this long is lost: its tasks run again elsewhere (default 60)",
            metavar="SECONDS", type=seconds, default=60.0, extension=True,
@@ -402,6 +406,23 @@ def _apply_defaults(args: argparse.Namespace) -> None:
     for o in OPTIONS:
         if getattr(args, o.dest) is None and o.kind != "const":
             setattr(args, o.dest, False if o.kind == "flag" else o.default)
+
+
+MODE_WORDS = {"mpi": "MPI mode", "local": "embedded mode"}
+
+
+def without_effect(opts: RunOptions, mode: str) -> list[str]:
+    """The options given (not at their default) that have no effect in ``mode``, each as
+    ``--flag has no effect in embedded mode (MPI mode only)``."""
+    out = []
+    for o in OPTIONS:
+        if o.only_in is None or o.only_in == mode:
+            continue
+        default = False if o.kind == "flag" else o.default
+        if getattr(opts, o.attr) != (o.to_field(default) if o.to_field else default):
+            out.append(f"{o.long} has no effect in {MODE_WORDS[mode]} "
+                       f"({MODE_WORDS[o.only_in]} only)")
+    return out
 
 
 def profile_options() -> list[Option]:

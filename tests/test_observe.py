@@ -472,6 +472,6 @@ def test_a_metrics_address_that_cannot_be_used_stops_the_run_before_it_starts(
     from pmc.outputs import assemble
 
     opts = RunOptions(dag=str(tmp_path / "w.dag"), metrics_port=0, metrics_bind="256.0.0.1")
-    with pytest.raises(FatalError, match="Cannot serve metrics on 256.0.0.1:0"):
+    with pytest.raises(FatalError, match=r"Cannot serve metrics on 256\.0\.0\.1:0"):
         assemble.outputs(opts)
     assert list(tmp_path.iterdir()) == []

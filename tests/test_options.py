@@ -257,3 +257,26 @@ def test_a_bad_gpu_count_is_a_usage_error(monkeypatch: pytest.MonkeyPatch,
     with pytest.raises(SystemExit):
         parse(["--host-gpus", "-1", "w.dag"], monkeypatch)
     assert "--host-gpus" in capsys.readouterr().err
+
+
+def test_an_option_without_effect_in_the_mode_says_so(monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Path) -> None:
+    from pmctest import pmc, write_dag
+
+    opts = parse(["--no-sleep-on-recv", "--no-host-sockets", "w.dag"], monkeypatch)
+    assert options.without_effect(opts, "local") == [
+        "--no-sleep-on-recv has no effect in embedded mode (MPI mode only)",
+        "--no-host-sockets has no effect in embedded mode (MPI mode only)"]
+    assert options.without_effect(opts, "mpi") == []
+    opts = parse(["--workers", "3", "w.dag"], monkeypatch)
+    assert options.without_effect(opts, "mpi") == [
+        "--workers has no effect in MPI mode (embedded mode only)"]
+    assert options.without_effect(opts, "local") == []
+    plain = parse(["w.dag"], monkeypatch)
+    assert options.without_effect(plain, "mpi") == options.without_effect(plain, "local") == []
+    # The run says it, and runs.
+    dag = write_dag(tmp_path / "w.dag", "TASK A /bin/true\n")
+    r = pmc(["run", "--workers", "1", "--no-sleep-on-recv", dag.name], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.startswith(
+        "[warn] --no-sleep-on-recv has no effect in embedded mode (MPI mode only)\n")

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from pmc import log, logsetup
 from pmc.errors import ExitCode, FatalError, Interrupted
-from pmc.options import RunOptions
+from pmc.options import RunOptions, without_effect
 from pmc.process import flush_stdio
 from pmc.runtime.workers import Workers, serve_forked
 
@@ -157,6 +157,8 @@ def _read_and_run(opts: RunOptions, observers: list[Observer], workers: Workers,
         return ExitCode.FAILED
     if opts.site_profile:
         log.info(f"Site profile: {opts.site_profile}")
+    for text in without_effect(opts, mode):
+        log.warn(text)
     if log.enabled(log.DEBUG):
         log.debug(f"Using old rescue file: {'' if opts.skip_rescue else opts.rescue_path}")
         log.debug(f"Using new rescue file: {opts.rescue_path}")

@@ -126,6 +126,13 @@ def test_cli_script_prints_and_submit_checks_the_dag(tmp_path: Path) -> None:
     assert proc.stdout.startswith("#!/bin/bash\n#SBATCH --job-name=pmc-w\n")
     assert "--max-wall-time 4 w.dag" in proc.stdout
     assert not list(tmp_path.iterdir())  # script only prints
+    # ... unless told where to write it: then it writes it there, executable.
+    written = run_pmc("script", "--site", str(profile), "--script-path", "job.sh", "w.dag",
+                      cwd=tmp_path)
+    assert (written.returncode, written.stdout, written.stderr) == (0, "", "pmc: wrote job.sh\n")
+    assert (tmp_path / "job.sh").read_text() == proc.stdout
+    assert (tmp_path / "job.sh").stat().st_mode & 0o111
+    (tmp_path / "job.sh").unlink()
     proc = run_pmc("submit", "--site", str(profile), "w.dag", cwd=tmp_path)
     assert proc.returncode == 2 and "w.dag: no such DAG file" in proc.stderr
     (tmp_path / "bad.dag").write_text("TASK A /bin/true\nEDGE A Z\n")
