@@ -73,6 +73,7 @@ class RunOptions(NamedTuple):
     task_launcher: str | None = None  # multi-rank tasks' launcher template; None: default
     task_accounting: str = "auto"  # "auto", "cgroup" or "rusage" (pmc.runtime.accounting)
     schedule: str = "priority"  # or by path (pmc.core.pathorder): see --schedule
+    limit_memory_by: str = "rlimit"  # --strict-limits: "rlimit" (as PMC) or "cgroup"
     # Observability
     log_format: str = "text"  # "text" or "json"
     log_file: str | None = None
@@ -224,9 +225,9 @@ OPTIONS: tuple[Option, ...] = (
            "--set-affinity", metavar="N", type=ref_nonneg_int, env="PMC_HOST_CPUS",
            worker=True, to_field=_none_if_zero),
     Option(("--strict-limits",), "strict_limits",
-           "limit each task to its -m request: its memory, through a cgroup where the "
-           "worker can create one (pmc extension), else its address space (RLIMIT_AS, as "
-           "PMC)", kind="flag", profile="pmc.strict_limits", worker=True),
+           "limit each task to its -m request: its address space (RLIMIT_AS, as PMC: its "
+           "allocations past -m fail), or its memory (--limit-memory-by cgroup)",
+           kind="flag", profile="pmc.strict_limits", worker=True),
     # A profile's walltime less its margin becomes --max-wall-time.
     Option(("--max-wall-time",), "max_wall_time",
            "abort the workflow after this many minutes (env PMC_MAX_WALL_TIME; 0 or "
@@ -305,6 +306,13 @@ OPTIONS: tuple[Option, ...] = (
            "or Pegasus transformation as tasks end",
            choices=("priority", "critical-path", "priority-path"), default="priority",
            extension=True, profile="pmc.schedule"),
+    Option(("--limit-memory-by",), "limit_memory_by",
+           "how --strict-limits holds a task to its -m: rlimit (default, as PMC: its "
+           "address space, RLIMIT_AS; an allocation past it fails), cgroup (its memory, "
+           "through its cgroup where the worker can create one, else rlimit: past it the "
+           "kernel kills the task; programs that reserve address space they do not use, "
+           "JVMs and Go, run)", choices=("rlimit", "cgroup"), default="rlimit",
+           extension=True, profile="pmc.limit_memory_by", worker=True),
     Option(("--log-format",), "log_format",
            "log lines as text (default) or one JSON object per line",
            choices=("text", "json"), default="text", extension=True,

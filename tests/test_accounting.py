@@ -118,7 +118,7 @@ def test_strict_limits_kill_through_the_cgroup(tmp_path: Path, method: str) -> N
     reserve = "import mmap; m = mmap.mmap(-1, 1 << 30); m[0:1] = b'x'"
     code, evs = run(tmp_path, f'TASK reserve -m 50 {PY} -c "{reserve}"\n'
                               f'TASK hog -m 50 {PY} -c "{TOUCH.format(mb=200)}"\n',
-                    "--strict-limits")
+                    "--strict-limits", "--limit-memory-by", "cgroup")
     assert code == 1
     assert next(ev for ev in evs if ev["event"] == "workflow.started")["memory_limits"] \
         == "cgroup"
@@ -166,7 +166,8 @@ CGROUPS_HERE = not HOST["cgroup-v1"] or not HOST["cgroup-v2"]
 
 @pytest.mark.parametrize(("args", "uses_cgroups"), [
     ((), False),  # auto, a text log: nothing would read the figures
-    (("--strict-limits",), CGROUPS_HERE),  # auto: the limit needs the group
+    (("--strict-limits",), False),  # auto: RLIMIT_AS needs no group
+    (("--strict-limits", "--limit-memory-by", "cgroup"), CGROUPS_HERE),  # the limit does
     (("--task-accounting", "cgroup"), CGROUPS_HERE),
 ])
 def test_task_accounting_in_a_text_log_run(tmp_path: Path, args: tuple[str, ...],
@@ -456,7 +457,8 @@ def test_methods_are_tried_v1_then_v2_then_rusage(fake: FakeCgroups, v1: bool,
             assert acc.parent == (f"{fake.v1}/memory/pmc-{ME}", f"{fake.v1}/cpuacct/pmc-{ME}")
             assert not fake.pmc.exists()
         elif method == "cgroup-v2":
-            assert (acc.why, acc.limits, acc.parent) == ("", "cgroup", (str(fake.pmc),))
+            assert (acc.why, acc.parent) == ("", (str(fake.pmc),))
+            assert acc.limits == "rlimit", "no memory limits asked of the cgroups"
             assert fake.get(fake.pmc, "cgroup.subtree_control") == "memory"
             assert slot_dirs(fake) == ["slot-1", "slot-2"]
             assert fake.procs(fake.v2) == [ME]  # the root group may hold processes

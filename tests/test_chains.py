@@ -156,12 +156,21 @@ def test_a_task_waits_only_behind_one_asking_for_at_least_as_much() -> None:
 
 
 def test_nothing_waits_behind_a_task_bound_to_cpus() -> None:
-    w1, w2 = workers(2)
+    w1, w2, w3 = workers(3)
     c = Chains()
-    c.start(1, w1, (0, 1), (2, 0))
+    c.start(1, w1, (0, 1), None)  # bound (--set-affinity): no kind
     assert c.open_tail(1, 0) == -1
     c.start(2, w2, None, (2, 0))
     assert c.open_tail(1, 0) == 2
+    # Cpus it only knows of (PMC_AFFINITY): a task may wait behind it, and take them over.
+    c.start(3, w3, (2, 3), (2, 0))
+    c.queue(4, 2, (1, 0))
+    assert c.open_tail(2, 0) == 3
+    c.queue(5, 3, (2, 0))
+    c.end(3)
+    assert c.promote(3) == 5
+    c.hold_cpus(5, (2, 3))
+    assert c.holder(5) == (w3, (2, 3))
 
 
 def test_a_chain_cut_by_returned_tasks_has_room_again() -> None:

@@ -131,7 +131,8 @@ def test_strict_limits_give_each_rank_its_memory(tmp_path: Path) -> None:
     # cgroup holds both (240 MB), though together they pass 120 MB.
     (tmp_path / "mem.py").write_text(MEMORY_PROGRAM)
     dag = write_dag(tmp_path / "m.dag", f"TASK mr --ranks 2 -m 120 {sys.executable} mem.py out\n")
-    r = pmc(["run", "--local", "--workers", "2", "--strict-limits", "--log-format", "json",
+    r = pmc(["run", "--local", "--workers", "2", "--strict-limits", "--limit-memory-by",
+             "cgroup", "--log-format", "json",
              "--log-file", "ev.jsonl", dag.name], tmp_path)
     events = [json.loads(line) for line in (tmp_path / "ev.jsonl").read_text().splitlines()]
     started = next(e for e in events if e["event"] == "workflow.started")

@@ -16,8 +16,9 @@ would only keep tasks from slots that free up sooner, and from higher priorities
 become ready meanwhile. ``FIRST_DEPTH`` until a duration is known.
 
 A task may wait only behind one that asks for at least its cpus, memory and GPUs (it
-takes over the first of that task's GPU ids), and not behind a task bound to cpus
-(``--set-affinity``) nor a multi-rank one; a multi-rank task waits behind none. The
+takes over the first of that task's GPU ids, and of its cpu ids), and not behind a task
+bound to its cpus (``--set-affinity``) nor a multi-rank one; a multi-rank task waits
+behind none. The
 chains with room are kept by depth and by what their last task asks for, so the next
 one to take a task is found without looking at every slot: the shallowest first (each
 slot gets one queued task before any gets two), and among those the one that had room
@@ -70,7 +71,7 @@ class Chains:
         self._recalling: set[int] = set()  # queued tasks asked back, not returned yet
         self._closed: set[int] = set()  # ranks no task may queue on (quarantined hosts)
         # What each running or queued task that may have a successor asks for (a task
-        # bound to cpus may not: it is not here).
+        # bound to its cpus may not: it is not here).
         self._kind: dict[int, Kind] = {}
         # The chains with room, by depth, then by what their last task asks for: (order,
         # last task) as they got room. Entries are not taken out when a chain changes;
@@ -153,11 +154,12 @@ class Chains:
     def start(self, task_id: int, worker: Worker, affinity: Affinity,
               kind: Kind | None = (0, 0)) -> None:
         """A task sent to start at once (asking for ``kind``; None: nothing may wait
-        behind it): a chain of its own."""
+        behind it, a task bound to its cpus or a multi-rank one), with the cpu ids it
+        holds: a chain of its own."""
         self.running[task_id] = (worker, affinity)
         self.unstarted.add(task_id)
-        if affinity or kind is None:
-            self._kind.pop(task_id, None)  # its cpus are bound: nothing waits behind it
+        if kind is None:
+            self._kind.pop(task_id, None)
         else:
             self._kind[task_id] = kind
         self._set_tail(task_id, 0)
@@ -171,6 +173,10 @@ class Chains:
         self._next[tail] = task_id
         self.queued[task_id] = (worker, tail)
         return worker
+
+    def hold_cpus(self, task_id: int, affinity: Affinity) -> None:
+        """A running task (promoted in its predecessor's place) holds these cpu ids."""
+        self.running[task_id] = (self.running[task_id][0], affinity)
 
     def started(self, task_id: int) -> Worker:
         """The worker said it started the task; returns that worker."""

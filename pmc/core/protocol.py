@@ -96,6 +96,7 @@ class WorkerConfig(NamedTuple):
     host_gpus: int | None = None  # --host-gpus: declared GPUs; None: probe
     task_launcher: str | None = None  # --task-launcher: multi-rank tasks' template
     task_accounting: str = "auto"  # --task-accounting: "auto", "cgroup" or "rusage"
+    limit_memory_by: str = "rlimit"  # --limit-memory-by: "rlimit" or "cgroup"
 
 
 class TaskSpec(NamedTuple):

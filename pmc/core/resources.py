@@ -2,8 +2,9 @@
 
 A host's cpus and memory are shared by every worker rank on it (PMC's model); a worker
 owns one task slot by default, or several (``--worker-slots``). Memory 0 means the task
-does not ask for memory. With ``--set-affinity`` multi-core tasks get a compact set of
-cpu ids on one socket where possible, and none when fragmentation makes that impossible.
+does not ask for memory. Multi-core tasks get a compact set of cpu ids on one socket (NUMA
+node) where possible, and none when fragmentation makes that impossible: they see it in
+PMC_AFFINITY, and ``--set-affinity`` binds them to it.
 
 A task goes to the first host, in the order hosts got a free slot, whose free cpus and
 memory fit it, and there to its worker that got a free slot first. ``FreeHosts`` finds
@@ -57,7 +58,7 @@ class Host:
         # taking a worker out is O(1) however many share the host).
         self.idle: dict[Worker, None] = {}
         self.pos = -1  # in FreeHosts while it has a worker with a free slot
-        self.cpu_socket = cpu_socket  # cpu id -> socket id, for --set-affinity
+        self.cpu_socket = cpu_socket  # cpu id -> socket (NUMA node) id, for PMC_AFFINITY
         self.cpu_free = set(cpu_socket)
         self.gpus: tuple[str, ...] = ()  # GPU ids as the job sees them
         self.free_gpus: list[str] = []  # in the host's order
@@ -125,6 +126,10 @@ class Host:
 
     def give_cpu_set(self, cpus: list[int]) -> None:
         self.cpu_free.update(cpus)
+
+    def claim_cpu_set(self, cpus: tuple[int, ...]) -> None:
+        """These cpu ids (a queued task's, from the task it followed) are taken."""
+        self.cpu_free.difference_update(cpus)
 
 
 class Grant:

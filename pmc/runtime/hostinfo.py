@@ -23,7 +23,7 @@ _LAUNCH_NAMES = frozenset((
     "OMPI_UNIVERSE_SIZE", "OMPI_FIRST_RANKS", "OMPI_NUM_APP_CTX", "OMPI_FILE_LOCATION",
     "OMPI_ARGV", "OMPI_COMMAND", "OMPI_MCA_initial_wdir", "OMPI_MCA_mpi_yield_when_idle",
     "OMPI_MCA_shmem_RUNTIME_QUERY_hint",
-    "PMC_AFFINITY",  # set per task, only for tasks bound with --set-affinity
+    "PMC_AFFINITY",  # set per task, for multi-core tasks given a set of cpus
 ))
 
 

@@ -146,9 +146,11 @@ class Launcher:
             self.out_fd = open_append(out_path)
             self.err_fd = open_append(err_path)
         self.err_path = os.path.abspath(config.err_path.format(rank=rank))
+        # A task's -m as its cgroup's memory limit (else RLIMIT_AS, set at its spawn).
+        cgroup_limits = config.strict_limits and config.limit_memory_by == "cgroup"
         self.accounting = Accounting(
-            config.worker_slots, config.strict_limits,
-            not_wanted(config.task_accounting, config.strict_limits, config.log_format))
+            config.worker_slots, cgroup_limits,
+            not_wanted(config.task_accounting, cgroup_limits, config.log_format))
         close_on_exec_all()  # before the guard and the first task start
         self.guard = Guard(KILL_GRACE)
         # GPUs (pmc extension): on a host with some, a task gets its own ids (none for a
@@ -219,7 +221,7 @@ class Launcher:
         read_ends = list(r.pipes.open) if r.pipes is not None else []
         acc = self.accounting
         rlimit = cfg.strict_limits and spec.memory > 0 and acc.limits == "rlimit"
-        needs_preexec = bool(spec.affinity) or rlimit
+        bind = cfg.set_affinity and bool(spec.affinity)  # else PMC_AFFINITY only
         if cfg.per_task_stdio:
             r.err_path = os.readlink(f"/proc/self/fd/{err_fd}")
         else:
@@ -229,7 +231,7 @@ class Launcher:
             r.err_offset = os.fstat(err_fd).st_size if cfg.worker_slots == 1 else -1
         # A multi-rank task's ranks on this host share its cgroup: -m is per rank.
         r.cgroup = acc.enter(spec.memory * spec.hosts[0][1] if spec.hosts else spec.memory)
-        if r.cgroup is None and acc.problem and cfg.strict_limits and spec.memory > 0:
+        if r.cgroup is None and acc.problem and acc.strict and spec.memory > 0:
             # Its memory limit cannot be set: it must not run without one.
             for fd in (*write_ends, *read_ends):
                 os.close(fd)
@@ -241,15 +243,14 @@ class Launcher:
         try:
             try:
                 try:
-                    _spawn(r, None, argv, env, out_fd, err_fd, moves, needs_preexec, rlimit)
+                    _spawn(r, None, argv, env, out_fd, err_fd, moves, bind, rlimit)
                 except FileNotFoundError:
                     # The reference runs a bare name that is an executable file in the
                     # working directory before it searches PATH; looked at only when the
                     # PATH search failed, so that the usual launch costs no extra stat.
                     if "/" in argv[0] or not _is_executable(argv[0]):
                         raise
-                    _spawn(r, argv[0], argv, env, out_fd, err_fd, moves, needs_preexec,
-                           rlimit)
+                    _spawn(r, argv[0], argv, env, out_fd, err_fd, moves, bind, rlimit)
             finally:
                 if r.cgroup is not None:
                     acc.leave()
@@ -404,17 +405,18 @@ class Launcher:
 
 
 def _spawn(r: Running, path: str | None, argv: list[str], env: dict[str, str], out_fd: int,
-           err_fd: int, moves: list[tuple[int, int]], preexec: bool, rlimit: bool) -> None:
+           err_fd: int, moves: list[tuple[int, int]], bind: bool, rlimit: bool) -> None:
     """Start the task's process in its own process group (same session); ``path``: the
-    file to run, None for argv[0] searched in PATH."""
-    if preexec:
+    file to run, None for argv[0] searched in PATH. Bound to its cpus (``bind``) or
+    limited to its -m (``rlimit``), through a pre-exec hook."""
+    if bind or rlimit:
         import subprocess  # only here: a worker whose tasks need none saves its import
 
         r.popen = subprocess.Popen(
             argv, executable=path, env=env, stdin=subprocess.DEVNULL, stdout=out_fd,
             stderr=err_fd,
             close_fds=False,  # every fd of the worker is close-on-exec already
-            process_group=0, preexec_fn=_limits(r.spec, rlimit, moves),
+            process_group=0, preexec_fn=_limits(r.spec, bind, rlimit, moves),
         )
         r.pid = r.popen.pid
         return
@@ -431,8 +433,9 @@ def _spawn(r: Running, path: str | None, argv: list[str], env: dict[str, str], o
     )
 
 
-def _limits(spec: TaskSpec, rlimit: bool, moves: list[tuple[int, int]]) -> Callable[[], None]:
-    affinity = spec.affinity
+def _limits(spec: TaskSpec, bind: bool, rlimit: bool,
+            moves: list[tuple[int, int]]) -> Callable[[], None]:
+    affinity = spec.affinity if bind else None
     limit = spec.memory * 1024 * 1024 if rlimit else 0
 
     def apply() -> None:

@@ -38,9 +38,10 @@ class Placer:
         self.set_affinity = set_affinity
         self.debug = log.enabled(log.DEBUG)
         self.trace = log.enabled(log.TRACE)
-        # The GPU ids of queued tasks (taken from the task each follows): their grant
-        # once promoted (the master's ``promote``).
+        # The GPU ids and cpu ids of queued tasks (taken from the task each follows):
+        # theirs once promoted (the master's ``promote``).
         self.queued_gpus: dict[int, tuple[str, ...]] = {}
+        self.queued_cpus: dict[int, tuple[int, ...]] = {}
         # Tasks queued on a worker when it was lost, which may have started there unheard
         # (pmc.runtime.losses): they start only on a free slot from now on, where the
         # master knows they run, so that one that kills its workers is told apart.
@@ -101,12 +102,15 @@ class Placer:
                 scheduled += 1
                 affinity = None
                 single = plan is None or cls[3] == 1
-                if self.set_affinity and cpus > 1 and single:
+                if cpus > 1 and single:
+                    # As PMC: every multi-core task its host can give a compact set of
+                    # cpus learns it (PMC_AFFINITY); --set-affinity binds it to them.
                     host = worker.host
                     near = host.gpu_numa.get(grant.gpus[0]) if grant and grant.gpus else None
                     cpu_set = host.take_cpu_set(cpus, near)
                     affinity = tuple(cpu_set) if cpu_set else None
-                chains.start(task_id, worker, affinity, cls if single else None)
+                bound = affinity is not None and self.set_affinity
+                chains.start(task_id, worker, affinity, cls if single and not bound else None)
                 batches.setdefault(worker.rank, []).append(
                     self.spec(task_id, affinity, grant=grant))
                 self.dispatched(task_id, worker)
@@ -151,18 +155,24 @@ class Placer:
                 grant = self.resources.grants.get(tail)
                 held = grant.gpus if grant is not None else self.queued_gpus.get(tail, ())
                 ids = self.queued_gpus[task_id] = held[:gpus]
+            cpu_ids = None
+            if cls[0] > 1:  # the first of the cpus the task before it holds
+                before = chains.holder(tail)[1] or self.queued_cpus.get(tail)
+                if before and len(before) >= cls[0]:
+                    cpu_ids = self.queued_cpus[task_id] = before[:cls[0]]
             worker = chains.queue(task_id, tail, cls)
             if self.debug:
                 self.log_placed(task_id, worker, tail)
             batches.setdefault(worker.rank, []).append(
-                self.spec(task_id, None, after=tail, gpus=ids))
+                self.spec(task_id, cpu_ids, after=tail, gpus=ids))
 
     def unqueued(self, task_ids: list[int]) -> None:
-        """Queued tasks came back unstarted: the GPU ids they were sent with are no
-        longer theirs."""
-        if self.queued_gpus:
+        """Queued tasks came back unstarted: the GPU and cpu ids they were sent with are
+        no longer theirs."""
+        if self.queued_gpus or self.queued_cpus:
             for task_id in task_ids:
                 self.queued_gpus.pop(task_id, None)
+                self.queued_cpus.pop(task_id, None)
 
     def promote(self, pred: int, worker: Worker) -> int:
         """``pred`` ended on ``worker``: its queued successor (if any) started in its
@@ -176,6 +186,10 @@ class Placer:
             self.release(pred, worker)
             return -1
         after = tasks[succ]
+        cpu_ids = self.queued_cpus.pop(succ, None) if self.queued_cpus else None
+        if cpu_ids:  # given back with its predecessor's: taken again
+            worker.host.claim_cpu_set(cpu_ids)
+            self.chains.hold_cpus(succ, cpu_ids)
         ids = self.queued_gpus.pop(succ, None) if self.queued_gpus else None
         if ids is not None or (res.grants and pred in res.grants) or \
                 (after.cpus, after.memory) != (before.cpus, before.memory):

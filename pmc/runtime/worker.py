@@ -117,9 +117,11 @@ class Worker:
             clear_affinity()
         cpus = cfg.host_cpus if cfg.host_cpus is not None else detect_cpus()
         memory = cfg.host_memory if cfg.host_memory is not None else detect_memory_mb()
-        # --set-affinity groups a task's cpus by NUMA node, by socket where sysfs has no
-        # nodes to tell.
-        sockets = (cpu_numa_nodes() or cpu_sockets()) if cfg.set_affinity else {}
+        # A multi-core task's cpus (PMC_AFFINITY, bound with --set-affinity) are grouped
+        # by NUMA node, by socket where sysfs has no nodes to tell; --host-cpus N makes
+        # them ids 0 to N-1 on one socket, as PMC.
+        sockets = (dict.fromkeys(range(cpus), 0) if cfg.host_cpus is not None
+                   else cpu_numa_nodes() or cpu_sockets())
         acc = self.launcher.accounting
         return (protocol.HELLO, protocol.VERSION, self.hostname, cpus, memory, cfg.worker_slots,
                 os.getpid(), sockets, acc.method, acc.limits, acc.why,

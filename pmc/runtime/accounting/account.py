@@ -40,12 +40,14 @@ run's start event; ``Accounting.why`` says what each one not taken was missing):
   (one within what the worker grew while the task ran is told as unknown). Its cpu
   covers the processes the task waited for.
 
-Memory limits (``--strict-limits``, ``Accounting.limits``): ``cgroup`` sets the slot
+Memory limits (``--strict-limits``, ``Accounting.limits``): ``rlimit``, as PMC, is
+RLIMIT_AS, set by the worker's pre-exec hook: the task's allocations past its ``-m`` fail
+(it breaks programs that reserve address space: JVMs, Go). With ``--limit-memory-by
+cgroup`` where the worker has cgroups, ``cgroup`` sets the slot
 group's ``memory.limit_in_bytes`` (v1) or ``memory.max`` (v2) to the task's ``-m``; a task
 over it is killed by the kernel and reported as an OOM kill (killed by SIGKILL, and the
 group's ``oom_kill`` count, in ``memory.oom_control`` or ``memory.events``, risen since
-the slot was freed). ``rlimit`` is RLIMIT_AS, set by the worker's pre-exec hook (it
-breaks programs that reserve address space: JVMs, Go).
+the slot was freed).
 
 The kernel's files are found from ``CGROUP_ROOT``, ``PROC_CGROUP`` and ``MOUNTINFO``
 (tests point them at a fake tree). ``PMC_NO_CGROUPS=1`` turns cgroups off.
@@ -62,16 +64,18 @@ from pmc.runtime.accounting.groups import Groups, V1Groups, V2Groups
 from pmc.runtime.accounting.slots import Slot
 
 
-def not_wanted(mode: str, strict_limits: bool, log_format: str) -> str:
+def not_wanted(mode: str, cgroup_limits: bool, log_format: str) -> str:
     """Why a run's workers should not try cgroups ("" if they should), by
     ``--task-accounting``: a task's cgroups cost its spawn and its own page faults and
     scheduling ~0.1 ms of cpu (a ``/bin/true`` costs ~0.6 ms here), worth it where its
-    figures go somewhere (the JSON log's task events) or its limit is needed."""
+    figures go somewhere (the JSON log's task events) or its limit is set there
+    (``cgroup_limits``: --strict-limits --limit-memory-by cgroup)."""
     if mode == "rusage":
         return "--task-accounting rusage"
-    if mode == "auto" and not strict_limits and log_format != "json":
+    if mode == "auto" and not cgroup_limits and log_format != "json":
         return ("--task-accounting auto: no task figures are written (no --log-format "
-                "json) nor limits set (no --strict-limits)")
+                "json) nor memory limits set through cgroups (no --strict-limits "
+                "--limit-memory-by cgroup)")
     return ""
 
 
@@ -91,12 +95,14 @@ class Usage:
 class Accounting:
     """The worker's accounting for its slots (see the module docstring)."""
 
-    def __init__(self, slots: int, strict_limits: bool, not_wanted: str = "") -> None:
-        """``not_wanted``: why cgroups are not to be tried (see ``not_wanted``)."""
+    def __init__(self, slots: int, cgroup_limits: bool, not_wanted: str = "") -> None:
+        """``cgroup_limits``: tasks' -m is their slot group's memory limit (--strict-limits
+        --limit-memory-by cgroup); ``not_wanted``: why cgroups are not to be tried (see
+        ``not_wanted``)."""
         self.method = "rusage"
         self.why = ""  # why cgroups are not used, for the start event and -v
         self.problem = ""  # why the last enter() gave no group, if it failed
-        self.strict = strict_limits
+        self.strict = cgroup_limits
         self.pid = str(os.getpid()).encode()
         self.free: list[Slot] = []
         self.groups: Groups | None = None
@@ -133,7 +139,7 @@ class Accounting:
     @property
     def limits(self) -> str:
         """How --strict-limits enforces memory here."""
-        return "cgroup" if self.method.startswith("cgroup") else "rlimit"
+        return "cgroup" if self.strict and self.method.startswith("cgroup") else "rlimit"
 
     @property
     def parent(self) -> tuple[str, ...]:
