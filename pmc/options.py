@@ -74,6 +74,7 @@ class RunOptions(NamedTuple):
     task_accounting: str = "auto"  # "auto", "cgroup" or "rusage" (pmc.runtime.accounting)
     schedule: str = "priority"  # or by path (pmc.core.pathorder): see --schedule
     limit_memory_by: str = "rlimit"  # --strict-limits: "rlimit" (as PMC) or "cgroup"
+    on_warning: str = "drain"  # a warning signal: "drain", "stop" or "ignore"
     # Observability
     log_format: str = "text"  # "text" or "json"
     log_file: str | None = None
@@ -313,6 +314,13 @@ OPTIONS: tuple[Option, ...] = (
            "kernel kills the task; programs that reserve address space they do not use, "
            "JVMs and Go, run)", choices=("rlimit", "cgroup"), default="rlimit",
            extension=True, profile="pmc.limit_memory_by", worker=True),
+    Option(("--on-warning",), "on_warning",
+           "what a batch system's warning that time is short (SIGUSR1, SIGUSR2, SIGXCPU, "
+           "to the master or any worker) does: drain (default: no task starts any more, "
+           "running ones go on until they end or SIGTERM comes, then the run ends "
+           "incomplete with everything written), stop (as SIGTERM: running tasks are "
+           "stopped too), ignore (logged only)", choices=("drain", "stop", "ignore"),
+           default="drain", extension=True, profile="pmc.on_warning"),
     Option(("--log-format",), "log_format",
            "log lines as text (default) or one JSON object per line",
            choices=("text", "json"), default="text", extension=True,

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from pmc import log, logsetup
+from pmc import batchsignals, log, logsetup
 from pmc.errors import ExitCode, FatalError, Interrupted
 from pmc.options import RunOptions, without_effect
 from pmc.process import flush_stdio
@@ -54,9 +54,16 @@ def run(opts: RunOptions, observers: list[Observer] | None = None) -> int:
     mode = opts.mode
     if mode == "auto":
         mode = "mpi" if launched_by_mpi(os.environ) else "local"
-    if mode == "mpi":
-        return _run_mpi(opts, observers or [])
-    return _run_local(opts, observers or [])
+    # From the start, in every process of the run: a batch system's warning that time is
+    # short is noted, never a death (pmc.batchsignals; the master acts on it).
+    previous = batchsignals.catch()
+    try:
+        if mode == "mpi":
+            return _run_mpi(opts, observers or [])
+        return _run_local(opts, observers or [])
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _run_mpi(opts: RunOptions, observers: list[Observer]) -> int:

@@ -38,6 +38,8 @@ At any point after CONFIG:
     worker -> master   WORKER_FAILED(hostname, traceback)  (its loop died of an unexpected
                                                           exception: the traceback's last
                                                           8 KB; then it exits non-zero)
+    worker -> master   WARNED([signal, ...])             (warnings that time is short it
+                                                          caught: the master decides)
 """
 
 from __future__ import annotations
@@ -45,8 +47,9 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 # 4: STARTED, starts with RESULTS, START carries the wall time left; 5: WORKER_FAILED;
-# 6: PING, worker_timeout in WorkerConfig; 7: GPUs in HELLO, TaskSpec gpus and hosts
-VERSION = 8
+# 6: PING, worker_timeout in WorkerConfig; 7: GPUs in HELLO, TaskSpec gpus and hosts;
+# 9: WARNED, limit_memory_by in WorkerConfig
+VERSION = 9
 
 CONFIG = 1
 HELLO = 2
@@ -64,6 +67,7 @@ FORWARD = 13
 STARTED = 14
 WORKER_FAILED = 15  # worker -> master: its loop died of an unexpected exception
 PING = 16  # either way: "still here", sent only after a quiet spell (any message counts)
+WARNED = 17  # worker -> master: warning signals it caught (pmc.batchsignals), in order
 
 # The status of a try that failed for a reason of pmc's, not the task's own exit: the
 # program could not be started, its output files not opened, its forwarded files not read

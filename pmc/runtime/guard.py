@@ -219,9 +219,10 @@ def remove_cgroups(cgroups: list[str]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    # The job's SIGTERM/SIGINT/SIGHUP are for the worker: the guard acts only once the
-    # worker is gone.
-    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    # The job's SIGTERM/SIGINT/SIGHUP, and a batch system's warnings that time is short
+    # (pmc.batchsignals), are for the worker: the guard acts only once the worker is gone.
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
+              signal.SIGXCPU):
         signal.signal(s, signal.SIG_IGN)
     grace = float(argv[0])
     cgroups = read_announcements(0)

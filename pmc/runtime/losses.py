@@ -28,6 +28,7 @@ its methods, kept apart by job.
 
 from __future__ import annotations
 
+import signal
 import time
 from array import array
 from typing import TYPE_CHECKING
@@ -96,6 +97,9 @@ class Losses:
     # is due, and the losses each task had while queued on the lost worker.
     probe_due: float | None = None
     suspected: dict[int, int] | None = None
+    # When the last worker was lost, and the last probe sent (monotonic).
+    lost_at = float("-inf")
+    probed_at = 0.0
 
     def remaining(self) -> float | None: ...
     def send(self, rank: int, msg: protocol.Message) -> None: ...
@@ -103,6 +107,7 @@ class Losses:
     def complete(self, finished: Finished) -> None: ...
     def recall(self, task_ids: list[int]) -> None: ...
     def stop(self, reason: str) -> None: ...
+    def warned(self, sig: int, rank: int = 0) -> None: ...
 
     def heartbeats(self, now: float) -> None:
         """Workers silent for --worker-timeout are lost; those the master has sent
@@ -137,9 +142,17 @@ class Losses:
             for rank in t.unanswered():  # type: ignore[attr-defined]
                 if rank in self.ranks_alive:
                     self.worker_lost(rank, why)
+            if self.lost_at < self.probed_at - self.probe_wait():
+                # No rank was lost around the notice (a rank's end is seen as its socket
+                # breaks, a moment before, or here): Hydra's mpiexec passed on a SIGUSR1
+                # sent to it, a warning that time is short (pmc.batchsignals).
+                log.debug("The launcher's SIGUSR1 came with no rank's end: mpiexec passed "
+                          "on a SIGUSR1")
+                self.warned(signal.SIGUSR1)
         ended = getattr(t, "rank_ended", None)
         if ended is not None and ended():
             t.probe()  # type: ignore[attr-defined]
+            self.probed_at = now
             self.probe_due = now + self.probe_wait()
             self.beat_due = min(self.beat_due, self.probe_due)
 
@@ -162,6 +175,7 @@ class Losses:
         if rank not in self.ranks_alive:
             return
         self.ranks_alive.discard(rank)
+        self.lost_at = time.monotonic()
         if why is not None:
             for msg in ((protocol.KILL,), (protocol.SHUTDOWN,)):
                 try:

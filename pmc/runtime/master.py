@@ -9,7 +9,6 @@ The hand-shake before the loop is ``startup``'s, the end-of-run figures ``summar
 
 from __future__ import annotations
 
-import signal
 import time
 from array import array
 from collections import deque
@@ -31,18 +30,18 @@ from pmc.runtime import ordering, startup
 from pmc.runtime.forward import ForwardFiles, default_maxfds
 from pmc.runtime.losses import BEAT_CHECK, Joiner, Losses
 from pmc.runtime.placement import Placer
+from pmc.runtime.stopping import Stopping
 from pmc.runtime.summary import Counts
 from pmc.transport import Transport, TransportError
 
 BYE_TIMEOUT = 30.0
-STOP_GRACE = 10.0  # after a stop, how long killed tasks may take to report
 SIGNAL_CHECK = startup.SIGNAL_CHECK  # longest wait before noticing a signal or the wall time
 SYNC_CHECK = 0.0005  # how soon to look again while rescue records are being synced
 
 Finished = list[tuple[TaskResult, str | None]]  # tries that ended, with the master's error
 
 
-class Master(Losses):
+class Master(Stopping, Losses):
     def __init__(self, transport: Transport, opts: RunOptions, dag: DAG, done: set[int],
                  out: Observer, mode: str) -> None:
         self.t = transport
@@ -187,7 +186,7 @@ class Master(Losses):
                 if self.unsynced:
                     self.complete_synced(block=True)  # nothing else to wait for
                     continue
-                if self.stop_reason or self.engine.finished():
+                if self.stop_reason or self.draining or self.engine.finished():
                     break
             if self.stop_deadline is not None and time.monotonic() > self.stop_deadline:
                 log.error(f"{len(chains.running)} task(s) did not report after the stop; "
@@ -198,8 +197,9 @@ class Master(Losses):
                 self.complete_synced(block=True)
                 break
             self.turn()
-        return self.counts.summary(self.engine, self.resources, self.stop_reason,
-                                   self.start_time, time.monotonic() - self.t0)
+        return self.counts.summary(self.engine, self.resources,
+                                   self.stop_reason or self.draining, self.start_time,
+                                   time.monotonic() - self.t0)
 
     def turn(self) -> None:
         """Wait for messages and act on them."""
@@ -246,6 +246,9 @@ class Master(Losses):
                 self.ranks_alive.discard(rank)
             elif tag == protocol.WORKER_FAILED:
                 failed.append((rank, *msg[1:3]))
+            elif tag == protocol.WARNED:
+                for sig in msg[1]:
+                    self.warned(sig, rank)
         if results or starts:
             self.handle_results(results, starts)  # sent before it failed: they count
         for rank, host, trace in failed:
@@ -274,7 +277,7 @@ class Master(Losses):
 
     def dispatch(self) -> None:
         engine = self.engine
-        if not engine.accepting():
+        if not engine.accepting() or self.draining:
             return
         batches = self.placer.place(self.remaining())
         chains = self.chains
@@ -455,20 +458,6 @@ class Master(Losses):
                 log.error(f"Error writing {len(data)} bytes to {dest} for task {name}")
                 return f"Task {name} failed due to I/O forwarding errors: {dest}: {e.strerror}"
         return None
-
-    def check_signal(self) -> None:
-        sig = self.signal_received
-        if sig is not None and self.stop_reason is None:
-            log.fatal(f"Caught signal {sig}")
-            self.stop(f"received {signal.Signals(sig).name}")
-
-    def stop(self, reason: str) -> None:
-        """Stop dispatching and kill running tasks (SIGTERM, then SIGKILL on the workers)."""
-        self.stop_reason = reason
-        self.stop_deadline = time.monotonic() + STOP_GRACE
-        busy = {w.rank for w in self.chains.busy_workers()}
-        for rank in sorted(busy & self.ranks_alive):
-            self.send(rank, (protocol.KILL,))
 
     # -- the end ---------------------------------------------------------------------------
 

@@ -14,7 +14,12 @@ The child inherits the launcher's environment and file descriptors (PMI's socket
 stdio pipes), so it is the MPI process; the parent keeps them open but never uses them,
 and leaves only when the child is gone. Signals the launcher or the batch system sends
 the parent (SIGTERM, SIGINT, SIGUSR1, SIGCONT, ...) are passed on to the child; they are
-blocked across the fork so that none arrives before there is a child to pass it to.
+blocked across the fork so that none arrives before there is a child to pass it to, and
+the parent takes them with ``sigwaitinfo``, which names the sender: Hydra's SIGUSR1 (a
+rank ended) goes on as ``batchsignals.RANK_ENDED``, anyone else's as it came (a warning
+that time is short, see ``pmc.batchsignals``). A rank without a keeper (rank 0, or a
+worker whose fork failed) blocks SIGUSR1 before MPI starts, for the transport to tell
+the two apart in the same way.
 
 The child takes a process group of its own and dies with the parent (PR_SET_PDEATHSIG).
 Hydra signals the process group of each process it started (SIGUSR1 at every rank's
@@ -39,6 +44,7 @@ import os
 import signal
 from collections.abc import Mapping
 
+from pmc import batchsignals
 from pmc.process import flush_stdio, set_name
 
 # The rank as launchers give it before MPI starts: Hydra and Slurm's PMI (PMI_RANK),
@@ -46,8 +52,9 @@ from pmc.process import flush_stdio, set_name
 _RANK_ENV = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
 _PR_SET_PDEATHSIG = 1
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
-             signal.SIGUSR2, signal.SIGALRM, signal.SIGCONT, signal.SIGTSTP,
+             signal.SIGUSR2, signal.SIGXCPU, signal.SIGALRM, signal.SIGCONT, signal.SIGTSTP,
              signal.SIGTTIN, signal.SIGTTOU, signal.SIGWINCH)
+_WAITED = (*FORWARDED, signal.SIGCHLD)  # the keeper's: what to pass on, and its child's end
 
 
 def launcher_rank(env: Mapping[str, str]) -> int | None:
@@ -64,26 +71,33 @@ def launcher_rank(env: Mapping[str, str]) -> int | None:
 
 def keep(env: Mapping[str, str] = os.environ) -> None:
     """In a worker rank started by an MPI launcher: fork; return in the child, which is
-    the rank from now on, while the parent waits for it and exits as it did. Elsewhere
-    (rank 0, or no rank in the environment) return at once."""
+    the rank from now on, while the parent waits for it and exits as it did. Rank 0
+    returns at once, SIGUSR1 blocked (see the module docstring); elsewhere (no rank in
+    the environment) nothing is done."""
     rank = launcher_rank(env)
-    if rank is None or rank == 0:
+    if rank is None:
+        return
+    if rank == 0:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
         return
     flush_stdio()  # or the child would write it again
     keeper = os.getpid()
     # What exists now stays as long as the rank: out of the collector's way, its pages
     # are not copied for the rank by the first collection's writes.
     gc.freeze()
-    signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+    signal.pthread_sigmask(signal.SIG_BLOCK, _WAITED)
     try:
         pid = os.fork()
     except OSError:
-        # No keeper, but the rank can still run (as it did without one).
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+        # No keeper, but the rank can still run (as it did without one), hearing
+        # SIGUSR1 itself.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, set(_WAITED) - {signal.SIGUSR1})
         return
     if pid == 0:
         _follow(keeper)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+        # Until the transport takes it: the keeper's word before MPI has started.
+        signal.signal(batchsignals.RANK_ENDED, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _WAITED)
         return
     # The parent: the signals stay blocked until its handlers are in place. It leaves
     # without Python's finalisation, which would put the default actions back: Hydra's
@@ -109,28 +123,28 @@ def _follow(keeper: int) -> None:
 
 
 def _keeper(pid: int) -> int:
-    """The parent's whole life: pass signals on to ``pid``, wait for it, return its exit
-    code (128 + the signal that killed it)."""
-    gone: list[bool] = []
-
-    def forward(signum: int, frame: object) -> None:
-        if not gone:  # once reaped its pid may be another process's
-            try:
-                os.kill(pid, signum)
-            except OSError:
-                pass
-
-    for sig in FORWARDED:
-        signal.signal(sig, forward)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
-    try:
-        # Ended but not reaped (a zombie keeps its pid), then reaped. Both calls are
-        # retried after a signal's handler (PEP 475).
-        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
-        gone.append(True)
-        _, status = os.waitpid(pid, 0)
-    except ChildProcessError:
-        return 1
+    """The parent's whole life: pass signals on to ``pid`` (Hydra's SIGUSR1 as
+    RANK_ENDED), wait for it, return its exit code (128 + the signal that killed it).
+    Every signal it waits for stays blocked: each is taken, with its sender, by
+    ``sigwaitinfo``; the child's end too (SIGCHLD). Until the child is reaped its pid is
+    its own (a zombie keeps it), so nothing is ever sent to another process."""
+    while True:
+        try:
+            reaped, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return 1
+        if reaped:
+            break
+        info = signal.sigwaitinfo(_WAITED)
+        sig = info.si_signo
+        if sig == signal.SIGCHLD:
+            continue  # ended, stopped or continued: the next look says
+        if sig == signal.SIGUSR1 and batchsignals.from_hydra(info.si_pid):
+            sig = batchsignals.RANK_ENDED
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
     if os.WIFSIGNALED(status):
         return 128 + os.WTERMSIG(status)
     return os.WEXITSTATUS(status)

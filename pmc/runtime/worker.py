@@ -19,9 +19,8 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
-from pmc import log
+from pmc import batchsignals, log
 from pmc.core import protocol
 from pmc.core.protocol import TaskSpec, WorkerConfig
 from pmc.process import set_name
@@ -36,6 +35,7 @@ from pmc.runtime.hostinfo import (
 from pmc.runtime.hostscript import HostScript
 from pmc.runtime.launch import KILL_GRACE, Launcher, Running
 from pmc.runtime.topology import cpu_numa_nodes, gpu_inventory
+from pmc.runtime.workersignals import Wakeup, catch_stops
 from pmc.transport import Transport, TransportError, look_interval
 
 # While every running task has its successor queued, results wait up to this long to
@@ -86,6 +86,9 @@ class Worker:
         fd = transport.fileno()
         if fd is not None:
             self.poller.add(fd, "master")
+        # A signal caught wakes the loop at once (a wait may otherwise last a beat): a
+        # SIGTERM's kill and a warning's word to the master do not wait for it.
+        self.wakeup = Wakeup(self.poller)
         # Results wait for company only where the master answers at once: under MPI it
         # sees a message up to ~1 ms late, and so do we its answer, and holding results
         # on top of that round trip let the queued tasks run out (MPI 0.53 -> 0.59 of
@@ -138,6 +141,10 @@ class Worker:
         self.host_script = HostScript(path, self.rank, env, self.launcher.guard)
         return self.host_script.run(self.cfg.host_script_timeout, self.stop_coming,
                                     self.hostname)
+
+    def stop_asked(self) -> None:
+        """SIGTERM or SIGINT (a signal handler: the loop acts on it)."""
+        self.term_requested = True
 
     def stop_coming(self) -> bool:
         """While the host script runs: has the master stopped the run (its messages wait
@@ -280,6 +287,8 @@ class Worker:
                 elif isinstance(data, tuple):
                     # (Not if already drained by a reap in this batch.)
                     self.launcher.read_pipe(*data)
+                elif data == "signal":
+                    self.wakeup.empty()
                 else:
                     got_message = True  # the master's socket
             if polling or got_message:
@@ -291,6 +300,8 @@ class Worker:
             self.heartbeat(now)
             while self.inbox:
                 self.handle(self.inbox.popleft())
+            if batchsignals.pending():  # warnings that time is short: the master decides
+                self.send((protocol.WARNED, batchsignals.take()))
             if polling:
                 if had_messages or events:
                     delay = 0.0001
@@ -335,6 +346,7 @@ class Worker:
 def run(transport: Transport) -> int:
     """The worker's whole life: config, hello, start, tasks, shutdown. Returns exit code.
     An unexpected exception is reported to the master (WORKER_FAILED), then raised."""
+    batchsignals.catch()  # (already, but for a worker started afresh)
     try:
         return _live(transport)
     except TransportError:
@@ -386,7 +398,7 @@ def _live(transport: Transport) -> int:
         # Remaining seconds, not the master's clock: hosts' clocks may differ.
         worker.deadline = time.monotonic() + wall_left
     log.trace(f"Worker {rank}: Host rank: {worker.launcher.host_rank}")
-    prev_handlers = _install_term(worker)
+    prev_handlers = catch_stops(worker.stop_asked)
     try:
         if run_script:
             # A failure is the master's to report (as a fatal error, once).
@@ -404,6 +416,7 @@ def _live(transport: Transport) -> int:
     finally:
         worker.launcher.accounting.close()
         worker.launcher.ranks.close()
+        worker.wakeup.close()
         for sig, handler in prev_handlers.items():
             signal.signal(sig, handler)
     return 0
@@ -437,18 +450,6 @@ def _wait(transport: Transport, inbox: deque[protocol.Message]) -> protocol.Mess
     while not inbox:
         inbox.extend(m for _src, m in transport.poll(None))
     return inbox.popleft()
-
-
-def _install_term(worker: Worker) -> dict[int, Any]:
-    # SIGTERM/SIGINT (a batch system's time limit, Ctrl-C) kill this worker's tasks; the
-    # worker itself keeps talking to the master, which decides when everyone stops.
-    def on_term(signum: int, frame: object) -> None:
-        worker.term_requested = True
-
-    prev: dict[int, Any] = {}
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        prev[sig] = signal.signal(sig, on_term)
-    return prev
 
 
 def serve(fd: int, rank: int, size: int) -> int:

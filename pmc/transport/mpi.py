@@ -23,8 +23,12 @@ goes the way the answer says: each worker's messages take one way only and canno
 overtake each other.
 
 Lost ranks: MPI errors raise (mpi4py's ERRORS_RETURN on the communicator) rather than
-abort. Hydra (``mpiexec -disable-auto-cleanup``) tells the other ranks that one died
-with SIGUSR1, whose default would kill them: every rank catches it. The master never
+abort. Hydra (``mpiexec -disable-auto-cleanup``) tells the other ranks that one ended
+with SIGUSR1, which batch systems also send as a warning that time is short: rank 0
+takes SIGUSR1 in a thread (blocked since before MPI started, ``pmc.runtime.rankshim``)
+that tells the two apart by the sender (``pmc.batchsignals``); a worker rank hears
+Hydra's through its keeper, as ``batchsignals.RANK_ENDED``, and takes a SIGUSR1 for a
+warning. The master never
 blocks on a worker: its sends through MPI are non-blocking, and a send to a dead rank
 (a large one waits for the receiver for ever) is left behind when the master gives up
 on that rank (``abandon``). When the launcher has said a rank ended, the master checks
@@ -42,9 +46,10 @@ import selectors
 import signal
 import socket
 import struct
+import threading
 import time
 
-from pmc import log
+from pmc import batchsignals, log
 from pmc.core.protocol import PING, SHUTDOWN, Message
 from pmc.transport import TransportError, look_interval
 from pmc.transport.local import LocalWorker
@@ -72,10 +77,14 @@ class MpiTransport:
                  host_sockets: bool = True) -> None:
         self.comm = MPI.COMM_WORLD
         self.comm.Set_errhandler(MPI.ERRORS_RETURN)
-        signal.signal(signal.SIGUSR1, _peer_died)
-        # Hydra sends it whenever a rank exits, also at the end of a good run: ignored
-        # (not caught) from exit on, since Python puts the default back as it ends.
-        atexit.register(signal.signal, signal.SIGUSR1, signal.SIG_IGN)
+        if signal.SIGUSR1 in signal.pthread_sigmask(signal.SIG_BLOCK, []):
+            _watch_usr1()  # no keeper: told apart here, by its sender
+        signal.signal(batchsignals.RANK_ENDED, _peer_died)
+        # Hydra's notice comes whenever a rank exits, also at the end of a good run, and
+        # a warning may come late: ignored (not caught) from exit on, since Python puts
+        # the default (to die) back as it ends.
+        for sig in (batchsignals.RANK_ENDED, *batchsignals.WARNINGS):
+            atexit.register(signal.signal, sig, signal.SIG_IGN)
         # Master: sends through MPI not yet complete, per rank (the request keeps the
         # pickled buffer alive); ranks given up on.
         self._pending: dict[int, list[MPI.Request]] = {}
@@ -450,3 +459,17 @@ def peer_lost() -> bool:
 def _peer_died(signum: int, frame: object) -> None:
     _LOST_PEER.append(signum)
     _NOTICES.append(signum)
+
+
+def _watch_usr1() -> None:
+    """SIGUSR1, blocked in every thread of this rank, taken by a thread of its own:
+    Hydra's notice that a rank ended, or a warning (see the module docstring)."""
+    def watch() -> None:
+        while True:
+            info = signal.sigwaitinfo({signal.SIGUSR1})
+            if batchsignals.from_hydra(info.si_pid):
+                _peer_died(signal.SIGUSR1, None)
+            else:
+                batchsignals.note(signal.SIGUSR1)
+
+    threading.Thread(target=watch, name="pmc-sigusr1", daemon=True).start()

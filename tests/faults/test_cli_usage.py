@@ -30,7 +30,7 @@ BAD = {
     "ref_positive_int": ["0", "-1", "x", "0.9", "", "1_0", "1e3", "12abc"],
     "ref_nonneg_int": ["-1", "x", "1e3", "1_0", "\uff11", "12abc", ".5"],
     "minutes": ["-1", "nan", "inf", "x", "-inf", "", "1_0", "5m"],
-    "port": ["65536", "-1", "x", "99999999999"],
+    "port_or_range": ["65536", "-1", "x", "99999999999", "9-8", "0-5", "1-2-3", "1-"],
     "seconds": ["0", "-1", "nan", "inf", "x", ""],
     "nonneg_seconds": ["-1", "nan", "inf", "x", ""],
     "launcher_template": ["mpiexec -n {rank}", "srun 'x", "", "{}", "a{b", "{ranks!r}"],

@@ -19,14 +19,16 @@ pytestmark = pytest.mark.faults
 # After keep(): say who we are, then do what argv[1] says.
 CHILD = """
 import os, signal, sys, time
+from pmc import batchsignals
 from pmc.runtime import rankshim
 rankshim.keep()
 what = sys.argv[1]
-if what in ("term", "usr1"):
+if what in ("term", "usr1", "ended"):
     def on_term(signum, frame):
         open("term.txt", "w").write(str(signum))
         os._exit(7)
-    signal.signal(getattr(signal, "SIG" + what.upper()), on_term)
+    caught = batchsignals.RANK_ENDED if what == "ended" else getattr(signal, "SIG" + what.upper())
+    signal.signal(caught, on_term)
 open("pids.txt", "w").write(f"{os.getpid()} {os.getppid()}")
 if what == "kill":
     os.kill(os.getpid(), signal.SIGKILL)
@@ -71,6 +73,22 @@ def test_signals_reach_the_rank(tmp_path: Path, sig: signal.Signals) -> None:
     assert (tmp_path / "term.txt").read_text() == str(int(sig))
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_hydras_sigusr1_reaches_the_rank_as_a_rank_end(tmp_path: Path) -> None:
+    """The keeper tells Hydra's SIGUSR1 (a rank ended) by its sender, a process named
+    hydra_pmi_proxy, and passes it on as RANK_ENDED; anyone else's SIGUSR1 goes on as it
+    came (above): a warning that time is short."""
+    from pmc import batchsignals
+
+    proc = run(tmp_path, "ended", PMI_RANK="2")
+    _, keeper = pids(tmp_path)
+    hydra = ("import os, signal, sys\nfrom pmc.process import set_name\n"
+             "set_name('hydra_pmi_proxy')\nos.kill(int(sys.argv[1]), signal.SIGUSR1)\n")
+    subprocess.run([sys.executable, "-c", hydra, str(keeper)], env=clean_env(), check=True,
+                   timeout=30)
+    assert proc.wait(30) == 7
+    assert (tmp_path / "term.txt").read_text() == str(int(batchsignals.RANK_ENDED))
 
 
 def test_rank_has_its_own_group_and_dies_with_its_keeper(tmp_path: Path) -> None:
