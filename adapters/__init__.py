@@ -29,9 +29,11 @@ def scheduler_for(name: str) -> Scheduler:
     raise AdapterError(f"unknown scheduler {name!r}; allowed: slurm, pbs, loadleveler, local")
 
 
-def script_for(site: Site, dag: str, *, script_path: str | None = None, max_jobs: int = 1) -> str:
+def script_for(site: Site, dag: str, *, script_path: str | None = None, max_jobs: int = 1,
+               follow_up: str = "ahead") -> str:
     return render_script(
-        scheduler_for(site.scheduler), site, dag, script_path=script_path, max_jobs=max_jobs
+        scheduler_for(site.scheduler), site, dag, script_path=script_path, max_jobs=max_jobs,
+        follow_up=follow_up,
     )
 
 

@@ -22,15 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pmc import options
-from pmc.errors import ExitCode
 from pmc.files import atomic_write
 
+from .chainscript import CHAIN_MARK, chain_end, chain_start
 from .launchers import launch_argv
 from .site import Site
 from .units import hms
-
-# A line only chain scripts carry: how a running link recognises its own text in $0.
-CHAIN_MARK = "# pmc chain script: each follow-up job is this script, submitted again."
 
 
 class AdapterError(Exception):
@@ -144,6 +141,9 @@ class Scheduler(ABC):
     STATES: Mapping[str, JobState] = {}
     # Profile fields this scheduler cannot express; setting one is an error, not ignored.
     unsupported: tuple[str, ...] = ()
+    # Whether a chain's link can queue the next one behind itself as it starts (its
+    # chain_lines hold the job until this one has ended; see chainscript.py).
+    queue_ahead = False
 
     def check(self, site: Site) -> None:
         for name in self.unsupported:
@@ -291,14 +291,17 @@ def render_script(
     *,
     script_path: str | None = None,
     max_jobs: int = 1,
+    follow_up: str = "ahead",
 ) -> str:
     """The batch script for running ``dag`` at ``site``. Pure: same inputs, same text.
 
-    With ``max_jobs`` > 1 the script is one link of a chain. It records each link in
-    ``DAG.chain`` and, when pmc run exits incomplete (3), submits its own text again
-    (the batch system's copy, ``$0``; else ``script_path`` when it holds this script)
-    until the chain has ``max_jobs`` jobs. A link that handed over to a follow-up
-    exits 0; the last link exits with pmc run's status, the workflow's.
+    With ``max_jobs`` > 1 the script is one link of a chain (``chainscript.py``). It
+    records each link in ``DAG.chain`` and, while pmc run exits incomplete (3), hands
+    over to its own text submitted again (the batch system's copy, ``$0``; else
+    ``script_path`` when it holds this script) until the chain has ``max_jobs`` jobs:
+    queued behind this job as it starts (``follow_up`` "ahead", where the scheduler
+    can), else submitted as it ends. A link that handed over to a follow-up exits 0;
+    the last link exits with pmc run's status, the workflow's.
     """
     sched.check(site)
     if max_jobs > 1 and site.pmc.get("skip_rescue"):
@@ -343,8 +346,10 @@ def render_script(
         f"PMC_SITE_NAME={q(site.name)}",
         "export PMC_JOB_ID PMC_CHAIN_INDEX PMC_SITE_NAME",
     ]
+    ahead = max_jobs > 1 and follow_up == "ahead" and sched.queue_ahead
     if max_jobs > 1:
-        lines += _chain_start(sched, dag)
+        lines += chain_start(chain_file_of(dag), sched.name, max_jobs, sched.chain_lines(site),
+                             script_path, ahead)
     lines += [
         "# A TERM at the time limit must not end this script before pmc has saved its",
         "# state; pmc gets the signal itself.",
@@ -366,104 +371,10 @@ def render_script(
         "fi",
     ]
     if max_jobs > 1:
-        lines += _chain_end(sched, site, max_jobs, script_path)
+        lines += chain_end(max_jobs, sched.cancel_argv('"$pmc_next"') if ahead else None)
     lines += sched.epilogue(site)
     lines.append('exit "$rc"')
     return "\n".join(lines) + "\n"
-
-
-def _chain_start(sched: Scheduler, dag: str) -> list[str]:
-    chain_file = shlex.quote(chain_file_of(dag))
-    return [
-        "# The chain's id is its first job's id; the chain file beside the DAG lists",
-        "# every link (`pmc jobs status` reads it), the index maps job ids to it.",
-        'PMC_CHAIN_ID="${PMC_CHAIN_ID:-$PMC_JOB_ID}"',
-        "export PMC_CHAIN_ID",
-        f"pmc_chain_file={chain_file}",
-        'case "$pmc_chain_file" in /*) ;; *) pmc_chain_file="$PWD/$pmc_chain_file" ;; esac',
-        'pmc_chain_index="${PMC_CHAINS_DIR:-${XDG_STATE_HOME:-$HOME/.local/state}'
-        '/pmc/chains}"',
-        "pmc_chain_note() {",
-        "    printf '%s chain=%s %s\\n' \"$(date -u +%Y-%m-%dT%H:%M:%SZ)\" \"$PMC_CHAIN_ID\""
-        ' "$*" >>"$pmc_chain_file" || echo "pmc: cannot write $pmc_chain_file" >&2',
-        "}",
-        "pmc_chain_link() {",
-        '    mkdir -p "$pmc_chain_index" 2>/dev/null'
-        " && printf '%s\\n' \"$pmc_chain_file\" >\"$pmc_chain_index/${1//[^A-Za-z0-9._-]/_}\"",
-        "}",
-        "pmc_chain_link \"$PMC_JOB_ID\"",
-        f"pmc_chain_note link=\"$PMC_CHAIN_INDEX\" job=\"$PMC_JOB_ID\" event=started"
-        f" scheduler={sched.name}" ' host="${HOSTNAME:-?}"',
-    ]
-
-
-def _chain_end(sched: Scheduler, site: Site, max_jobs: int, script_path: str | None) -> list[str]:
-    q = shlex.quote
-    # $0 is the batch system's copy of the script it runs (Slurm's slurm_script, PBS's
-    # .SC file, the file given to bash for local jobs): the text of this very link,
-    # whatever the user named the file or whether it still exists.
-    fallback = (
-        [
-            f"    elif [ -f {q(script_path)} ] && grep -qxF {q(CHAIN_MARK)} {q(script_path)}; then",
-            f"        pmc_self={q(script_path)}",
-        ]
-        if script_path is not None
-        else []
-    )
-    submit = ["        " + line for line in sched.chain_lines(site)]
-    return [
-        'pmc_outcome=""',
-        "case $rc in",
-        "    0) pmc_outcome=succeeded ;;",
-        "    1) pmc_outcome=failed ;;",
-        "    2) pmc_outcome=usage-error ;;",
-        "    3) pmc_outcome=incomplete ;;",
-        "    *) pmc_outcome=ended ;;",
-        "esac",
-        f'if [ "$rc" -eq {int(ExitCode.INCOMPLETE)} ]; then',
-        '    pmc_status=$rc',
-        '    pmc_next=""',
-        '    pmc_self=""',
-        '    if [ "$pmc_term" = 1 ]; then',
-        '        echo "pmc: the batch system stopped this job (SIGTERM): no follow-up;'
-        ' the chain $PMC_CHAIN_ID ends at link $PMC_CHAIN_INDEX (submit again to resume)" >&2',
-        "        pmc_outcome=stopped",
-        f'    elif [ "$PMC_CHAIN_INDEX" -ge {max_jobs} ]; then',
-        f'        echo "pmc: workflow incomplete after {max_jobs} jobs; chain ends" >&2',
-        "        pmc_outcome=max-jobs",
-        f'    elif [ -f "$0" ] && grep -qxF {q(CHAIN_MARK)} "$0"; then',
-        '        pmc_self="$0"',
-        *fallback,
-        "    else",
-        '        echo "pmc: cannot find this script\'s text to submit the follow-up ($0 is not'
-        ' it); the chain ends: submit the script again to resume" >&2',
-        "        pmc_outcome=no-follow-up",
-        "    fi",
-        '    if [ -n "$pmc_self" ]; then',
-        "        PMC_CHAIN_INDEX=$((PMC_CHAIN_INDEX + 1))",
-        "        export PMC_CHAIN_INDEX",
-        *submit,
-        "        PMC_CHAIN_INDEX=$((PMC_CHAIN_INDEX - 1))",
-        '        if [ -n "$pmc_next" ]; then',
-        '            echo "pmc: workflow incomplete; submitted job $pmc_next as link'
-        f' $((PMC_CHAIN_INDEX + 1)) of at most {max_jobs} in chain $PMC_CHAIN_ID;'
-        ' this link ends as a success" >&2',
-        '            pmc_chain_link "$pmc_next"',
-        '            pmc_chain_note link="$((PMC_CHAIN_INDEX + 1))" job="$pmc_next"'
-        ' event=submitted by="$PMC_JOB_ID"',
-        "            pmc_outcome=continued",
-        "            rc=0",
-        "        else",
-        '            echo "pmc: could not submit the follow-up job; the chain ends" >&2',
-        "            pmc_outcome=no-follow-up",
-        "        fi",
-        "    fi",
-        "else",
-        "    pmc_status=$rc",
-        "fi",
-        'pmc_chain_note link="$PMC_CHAIN_INDEX" job="$PMC_JOB_ID" event=ended'
-        ' status="$pmc_status" outcome="$pmc_outcome" next="${pmc_next:--}"',
-    ]
 
 
 def chain_file_of(dag: str) -> str:

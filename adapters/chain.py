@@ -4,9 +4,12 @@ Owns the chain file's format and the job-id index. The batch script (``base.py``
 appends one line per event to ``DAG.chain`` beside the DAG::
 
     2026-11-23T20:30:00Z chain=123 link=1 job=123 event=started scheduler=slurm host=n1
-    2026-11-23T20:31:00Z chain=123 link=2 job=124 event=submitted by=123
+    2026-11-23T20:30:01Z chain=123 link=2 job=124 event=submitted by=123
     2026-11-23T20:31:00Z chain=123 link=1 job=123 event=ended status=3 outcome=continued next=124
 
+(a link queued ahead is submitted as the link before it starts; one the workflow did
+not need is ``cancelled``, or ``ended`` with outcome ``skipped`` should it have started;
+see ``chainscript.py``)
 and writes ``INDEX/JOB_ID`` (``$PMC_CHAINS_DIR``, default
 ``$XDG_STATE_HOME/pmc/chains``) holding the chain file's path, for every link it runs
 or submits, so that ``pmc jobs status`` given any link's id finds the whole chain. The
@@ -35,7 +38,11 @@ OUTCOMES = {
     "max-jobs": "incomplete; the chain reached --max-jobs and ends",
     "stopped": "stopped by the batch system (SIGTERM); no follow-up",
     "no-follow-up": "incomplete; the follow-up could not be submitted",
+    # Links queued ahead that the workflow did not need (no pmc run in them).
+    "cancelled": "cancelled before it started: the workflow ended in the link before",
+    "skipped": "started after the workflow had ended in the link before; did nothing",
 }
+NOT_RUN = ("cancelled", "skipped")
 
 
 @dataclass
@@ -54,6 +61,8 @@ class Link:
     def outcome_text(self) -> str | None:
         if self.outcome is None:
             return None
+        if self.outcome in NOT_RUN:
+            return OUTCOMES[self.outcome]
         words = OUTCOMES.get(self.outcome, f"ended with status {self.status}")
         if self.outcome == "continued" and self.next_job:
             words += f" as job {self.next_job}"
@@ -119,6 +128,9 @@ def read_chains(path: Path) -> dict[str, Chain]:
             link.started = stamp
             link.scheduler = f.get("scheduler", link.scheduler)
             link.host = f.get("host", link.host)
+        elif event == "cancelled":
+            link.ended = stamp
+            link.outcome = "cancelled"
         elif event == "ended":
             link.ended = stamp
             link.status = f.get("status")
@@ -172,9 +184,15 @@ def chain_of_dag(arg: str) -> Chain:
 
 
 def summary(chain: Chain, statuses: dict[str, JobStatus | str]) -> str:
-    """The chain's state in a few words, from its last link."""
-    links = chain.ordered()
+    """The chain's state in a few words, from its last link; a link the workflow did
+    not need (cancelled, skipped) says nothing of it, and one queued behind a running
+    link is named beside it."""
+    links = [ln for ln in chain.ordered() if ln.outcome not in NOT_RUN] or chain.ordered()
     last = links[-1]
+    behind = None
+    if len(links) > 1 and last.started is None and last.outcome is None \
+            and links[-2].outcome is None and links[-2].started:
+        behind, last = last, links[-2]  # queued ahead, behind the link that runs
     answer = statuses.get(last.job_id)
     if last.outcome is not None and last.outcome != "continued":
         return {
@@ -183,7 +201,10 @@ def summary(chain: Chain, statuses: dict[str, JobStatus | str]) -> str:
         }.get(last.outcome, f"ended incomplete ({last.outcome})")
     if isinstance(answer, JobStatus):
         if answer.state in (JobState.PENDING, JobState.RUNNING, JobState.SUSPENDED):
-            return f"{answer.state.value.lower()} (link {last.index})"
+            state = f"{answer.state.value.lower()} (link {last.index})"
+            if behind is not None:
+                state += f"; link {behind.index} (job {behind.job_id}) queued behind it"
+            return state
         if answer.state.finished:
             return f"ended: link {last.index} is {answer.state.value} and left no record"
     if last.outcome == "continued":

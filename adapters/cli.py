@@ -31,6 +31,7 @@ from .base import (
     render_script,
     write_script,
 )
+from .chainscript import FOLLOW_UPS
 from .site import (
     Override,
     Site,
@@ -80,8 +81,9 @@ def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
 
 
 def _max_jobs(args: argparse.Namespace) -> int:
-    if args.max_jobs is not None and not args.until_done:
-        raise SiteError("--max-jobs only applies with --until-done")
+    for given, option in ((args.max_jobs, "--max-jobs"), (args.follow_up, "--follow-up")):
+        if given is not None and not args.until_done:
+            raise SiteError(f"{option} only applies with --until-done")
     if not args.until_done:
         return 1
     n: int = args.max_jobs if args.max_jobs is not None else DEFAULT_MAX_JOBS
@@ -160,7 +162,8 @@ def _script_text(
     # Printed scripts fall back on --script-path only when given: the default path
     # may hold another script, or none (the script normally resubmits $0).
     fallback = path if absolute or args.script_path else None
-    text = render_script(sched, site, dag, script_path=fallback, max_jobs=_max_jobs(args))
+    text = render_script(sched, site, dag, script_path=fallback, max_jobs=_max_jobs(args),
+                         follow_up=args.follow_up or "ahead")
     return site, sched, path, text
 
 
@@ -192,6 +195,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
             f"chain {job_id}: up to {max_jobs} jobs, recorded in {chain_file}; "
             f"`pmc jobs status {job_id}` shows every link"
         )
+        if not sched.queue_ahead and args.follow_up != "at-end":
+            _note(f"{sched.name} cannot hold a job until another has ended: each link "
+                  "submits the next as it ends")
     return ExitCode.OK
 
 
@@ -286,6 +292,13 @@ def _script_options(p: argparse.ArgumentParser) -> None:
         type=int,
         metavar="N",
         help=f"most jobs in an --until-done chain (default {DEFAULT_MAX_JOBS})",
+    )
+    p.add_argument(
+        "--follow-up",
+        choices=FOLLOW_UPS,
+        help="when a chain's link submits the next: ahead (default: as it starts, queued "
+        "behind itself, so that the next waits in the queue while it runs; cancelled "
+        "should the workflow end first; Slurm and PBS), at-end (as it ends incomplete)",
     )
     g = p.add_argument_group(
         "overrides", "change the profile for this script only; validated like the file"

@@ -90,6 +90,7 @@ class Pbs(Scheduler):
     prefix = "#PBS"
     job_id_var = "PBS_JOBID"
     STATES = STATES
+    queue_ahead = True  # chain_lines: afterany on the running job
     unsupported = ("qos",)
 
     def directives(self, site: Site, job_name: str) -> list[str]:

@@ -105,6 +105,7 @@ class Slurm(Scheduler):
     prefix = "#SBATCH"
     job_id_var = "SLURM_JOB_ID"
     STATES = STATES
+    queue_ahead = True  # chain_lines: afterany on the running job
 
     def directives(self, site: Site, job_name: str) -> list[str]:
         q = shlex.quote

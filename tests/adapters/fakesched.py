@@ -5,7 +5,10 @@ mpiexec, aprun, poe, apptainer) first on PATH.
 Every call is recorded (argv, cwd, the scheduler variables it saw) as one JSON line in
 ``$FAKE_STATE/calls.jsonl``. A submit gives the next job id and runs the script at once
 in real bash with the scheduler's environment; its exit status decides the job's
-state. With ``$FAKE_HOLD`` set, a submitted job stays queued instead, with that text as
+state. A job submitted with a dependency on a job that has not ended (Slurm's
+``--dependency=afterany:ID``, PBS's ``-W depend=afterany:ID``) waits, pending with the
+reason ``Dependency``, and runs when that job has ended, unless cancelled meanwhile. With
+``$FAKE_HOLD`` set, a submitted job stays queued instead, with that text as
 the reason it waits (Slurm ``Reason``, PBS ``comment``, LoadLeveler status), until it
 is cancelled. Cancel commands answer as the real ones do for unknown jobs (``scancel``
 says nothing and exits 0). Launchers start the command with the real MPICH ``mpiexec -n RANKS``
@@ -73,7 +76,38 @@ def run_job(job_id: str, script: str, env: dict[str, str], cwd: str) -> int:
             ["bash", str(spool)], env=env, cwd=cwd, stdout=f, stderr=subprocess.STDOUT
         )
     (STATE / f"job-{job_id}.json").write_text(json.dumps({"rc": rc}))
+    # Then the jobs that waited for this one, unless cancelled meanwhile.
+    waiting = STATE / f"after-{job_id}.json"
+    for dep in json.loads(waiting.read_text()) if waiting.exists() else []:
+        info = job_info(dep["job"])
+        if info is not None and info.get("pending"):
+            run_job(dep["job"], dep["script"], dep["env"], dep["cwd"])
     return rc
+
+
+def after(args: list[str]) -> str | None:
+    """The job a submission waits for (afterany), or None."""
+    for arg in args:
+        for prefix in ("--dependency=afterany:", "depend=afterany:"):
+            if arg.startswith(prefix):
+                return arg[len(prefix):]
+    return None
+
+
+def start_or_wait(job_id: str, args: list[str], env: dict[str, str], cwd: str) -> None:
+    """Run the submitted job now, or queue it behind the job it depends on while that
+    one has not ended."""
+    script = args[-1]
+    before = after(args)
+    if before is None or job_rc(before) is not None:  # no dependency, or it has ended
+        run_job(job_id, script, env, cwd)
+        return
+    (STATE / f"job-{job_id}.json").write_text(
+        json.dumps({"pending": True, "reason": "Dependency"}))
+    waiting = STATE / f"after-{before}.json"
+    queue = json.loads(waiting.read_text()) if waiting.exists() else []
+    queue.append({"job": job_id, "script": script, "env": env, "cwd": cwd})
+    waiting.write_text(json.dumps(queue))
 
 
 def job_info(job_id: str) -> dict[str, object] | None:
@@ -114,14 +148,13 @@ def cancel(tool: str, job_id: str) -> int:
 
 
 def sbatch(args: list[str]) -> int:
-    script = args[-1]
     job_id = str(next_id())
     env = dict(os.environ, SLURM_JOB_ID=job_id, SLURM_JOBID=job_id)
     env.update(SLURM_SUBMIT_DIR=os.getcwd(), SLURM_JOB_NODELIST="localhost", SLURM_NNODES="1")
     print(job_id)
     sys.stdout.flush()
     if not held(job_id):
-        run_job(job_id, script, env, os.getcwd())
+        start_or_wait(job_id, args, env, os.getcwd())
     return 0
 
 
@@ -166,7 +199,7 @@ def qsub(args: list[str]) -> int:
     sys.stdout.flush()
     # PBS starts the job script in $HOME, not where qsub ran.
     if not held(job_id):
-        run_job(job_id, script, env, str(home))
+        start_or_wait(job_id, args, env, str(home))
     return 0
 
 

@@ -7,6 +7,7 @@ hand."""
 from __future__ import annotations
 
 import itertools
+import json
 import re
 import time
 from pathlib import Path
@@ -216,15 +217,19 @@ def _chain_lines(fakes: Fakes, dag: str) -> list[dict[str, str]]:
     return [dict(w.split("=", 1) for w in line.split()[1:]) for line in text.splitlines()]
 
 
-def _check_chain(fakes: Fakes, dag: str, submit_tool: str, n_tasks: int) -> list[str]:
+def _check_chain(fakes: Fakes, dag: str, submit_tool: str, n_tasks: int,
+                 ahead: bool = True) -> list[str]:
     """Every link but the last ended as a success and named its follow-up; the last
-    link's exit status is the workflow's; no finished task ran twice. The job ids of
-    the links, in order."""
+    link's exit status is the workflow's; no finished task ran twice. Queued ahead
+    (``ahead``), each link queued the next as it started, and the last one's, not
+    needed, was cancelled: no job is left waiting. The job ids of the links, in order."""
     submits = fakes.calls(submit_tool)
-    assert len(submits) >= 2
-    ended = {int(e["link"]): e for e in _chain_lines(fakes, dag) if e["event"] == "ended"}
+    events = _chain_lines(fakes, dag)
+    ended = {int(e["link"]): e for e in events if e["event"] == "ended"}
+    cancelled = [e for e in events if e["event"] == "cancelled"]
     links = sorted(ended)
-    assert links == list(range(1, len(submits) + 1))
+    assert len(links) >= 2
+    assert links == list(range(1, len(submits) + 1 - len(cancelled)))
     jobs = [ended[i]["job"] for i in links]
     assert len(set(jobs)) == len(jobs) and {e["chain"] for e in ended.values()} == {jobs[0]}
     for i in links[:-1]:
@@ -239,10 +244,22 @@ def _check_chain(fakes: Fakes, dag: str, submit_tool: str, n_tasks: int) -> list
     assert sorted(ran) == names, "a finished task ran again"
     out = fakes.job_output()
     for i in links[:-1]:
-        assert (
-            f"submitted job {jobs[i]} as link {i + 1} of at most 8 in chain {jobs[0]}; "
-            "this link ends as a success" in out
-        )
+        if ahead:
+            assert (f"queued job {jobs[i]} as link {i + 1} of at most 8 in chain {jobs[0]}, "
+                    "to start when this job ends") in out
+            assert (f"job {jobs[i]}, queued as link {i + 1} of at most 8 in chain {jobs[0]}, "
+                    "goes on; this link ends as a success") in out
+        else:
+            assert (f"submitted job {jobs[i]} as link {i + 1} of at most 8 in chain "
+                    f"{jobs[0]}; this link ends as a success") in out
+    if ahead:
+        [extra] = cancelled
+        assert (extra["link"], extra["by"]) == (str(links[-1] + 1), jobs[-1])
+        assert f"cancelled job {extra['job']}, queued as link {links[-1] + 1}" in out
+        assert json.loads((fakes.state / f"job-{extra['job']}.json").read_text()) == {
+            "rc": 271, "cancelled": True}, "the link not needed never ran"
+    else:
+        assert not cancelled
     return jobs
 
 
@@ -279,28 +296,34 @@ def test_until_done_chain_resumes_until_the_workflow_succeeds(fakes: Fakes) -> N
     for arg in (jobs[1], "par.dag"):
         status = fakes.pmc("jobs", "status", "--scheduler", "pbs", arg, check=True)
         lines = status.stdout.splitlines()
+        # The link queued behind the last one, cancelled, is in the chain too.
         assert lines[0].startswith(f"chain {first} (") and lines[0].endswith(
-            f": {len(jobs)} links, succeeded"
+            f": {len(jobs) + 1} links, succeeded"
         )
         for i, job in enumerate(jobs[:-1], 1):
             assert lines[i] == (
                 f"  link {i}: job {job} COMPLETED (native: F, exit 0); pmc run exit 3: "
                 f"incomplete by design, continued as job {jobs[i]}"
             )
-        assert lines[-1].endswith("pmc run exit 0: workflow succeeded")
+        assert lines[-2].endswith("pmc run exit 0: workflow succeeded")
+        assert lines[-1].endswith("CANCELLED (native: F, exit 271); cancelled before it "
+                                  "started: the workflow ended in the link before")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("scheduler", "submit_tool"), [("slurm", "sbatch"), ("pbs", "qsub")])
+@pytest.mark.parametrize(("scheduler", "submit_tool", "follow_up"),
+                         [("slurm", "sbatch", "ahead"), ("pbs", "qsub", "at-end")])
 def test_until_done_script_saved_and_submitted_by_hand(
-    fakes: Fakes, scheduler: str, submit_tool: str
+    fakes: Fakes, scheduler: str, submit_tool: str, follow_up: str
 ) -> None:
     # `pmc script --until-done > job.sh && sbatch job.sh`: the follow-ups are the
-    # batch system's copy of job.sh ($0), not a file pmc would have written.
+    # batch system's copy of job.sh ($0), not a file pmc would have written. The links
+    # queue the next as they start, or (--follow-up at-end) submit it as they end.
     (fakes.work / "par.dag").write_text(_parallel_dag(8, 2))
     data = base_profile(scheduler, walltime="00:00:15", walltime_margin="00:00:10")
     site = fakes.profile("site.yaml", data)
-    proc = fakes.pmc("script", "--site", str(site), "--until-done", "--max-jobs", "8", "par.dag")
+    proc = fakes.pmc("script", "--site", str(site), "--until-done", "--max-jobs", "8",
+                     "--follow-up", follow_up, "par.dag")
     assert proc.returncode == 0, proc.stderr
     (fakes.work / "job.sh").write_text(proc.stdout)
     import subprocess
@@ -310,7 +333,7 @@ def test_until_done_script_saved_and_submitted_by_hand(
     )
     assert sub.returncode == 0, sub.stderr
     assert not (fakes.work / f"par.dag.{scheduler}.sh").exists()
-    jobs = _check_chain(fakes, "par.dag", submit_tool, 8)
+    jobs = _check_chain(fakes, "par.dag", submit_tool, 8, ahead=follow_up == "ahead")
     # Follow-ups were submitted from the spooled copy of job.sh.
     for call in fakes.calls(submit_tool)[1:]:
         assert re.search(r"spool-[^/]*\.sh$", call["argv"][-1]), call["argv"]

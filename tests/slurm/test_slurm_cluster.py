@@ -1,10 +1,13 @@
 """Real DAGs through the real one-node Slurm cluster (ci/slurm-up.sh): submit, status,
 a failing task then resume, cancel (and cancel of an unknown job), the pending reason,
-and a continuation chain across allocations, both from ``pmc submit --until-done`` and
-from ``pmc script --until-done`` saved and submitted with sbatch by hand."""
+and a continuation chain across allocations, both from ``pmc submit --until-done`` (each
+link queued behind the one before as that one starts: Slurm's SubmitTime of the next
+before EndTime of the last, and nothing left in the queue at the end) and from ``pmc
+script --until-done --follow-up at-end`` saved and submitted with sbatch by hand."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -176,7 +179,15 @@ def wait_chain(cwd: Path, limit: float = 300) -> list[tuple[str, str, str]]:
         time.sleep(1)
 
 
-def check_chain(cwd: Path, names: list[str], first: str) -> None:
+def scontrol_times(job: str) -> tuple[str, str]:
+    """(SubmitTime, EndTime) of a job as Slurm recorded them (ISO, to the second)."""
+    show = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True,
+                          check=True).stdout
+    fields = dict(w.split("=", 1) for w in show.split() if "=" in w)
+    return fields["SubmitTime"], fields["EndTime"]
+
+
+def check_chain(cwd: Path, names: list[str], first: str, ahead: bool) -> None:
     links = wait_chain(cwd)
     assert len(links) >= 2, links
     assert links[0][0] == first
@@ -185,39 +196,66 @@ def check_chain(cwd: Path, names: list[str], first: str) -> None:
     assert rescue_done(cwd / "long.dag.rescue") == names
     ran = (cwd / "ran.txt").read_text().split()
     assert sorted(ran) == names, "a finished task ran again"
-    # Every link COMPLETED in Slurm (a link that handed over exits 0), and any link's id
-    # shows the whole chain.
     jobs = [job for job, _, _ in links]
+    # Queued ahead: each link's successor was in the queue before it ended; the one
+    # queued behind the last link, not needed, was cancelled.
+    cancelled = [e["job"] for e in chain_events(cwd) if e["event"] == "cancelled"]
+    for before, after in itertools.pairwise(jobs):
+        submitted, _ = scontrol_times(after)
+        _, ended = scontrol_times(before)
+        assert (submitted < ended) == ahead, (before, ended, after, submitted)
+    assert len(cancelled) == (1 if ahead else 0)
+    # Nothing of the chain is left waiting in the queue.
+    deadline = time.monotonic() + 60
+    while True:
+        queue = subprocess.run(["squeue", "-h", "-o", "%i %T", "-j", ",".join(jobs + cancelled)],
+                               capture_output=True, text=True, check=False).stdout
+        if not queue.strip():
+            break
+        assert time.monotonic() < deadline, f"still in the queue: {queue}"
+        time.sleep(1)
+    # Every link COMPLETED in Slurm (a link that handed over exits 0), the cancelled one
+    # CANCELLED, and any link's id shows the whole chain.
     for job in jobs:
         deadline = time.monotonic() + 60
         while True:
             report = pmc(cwd, "jobs", "status", "--scheduler", "slurm", job)
             assert report.returncode == 0, report.stderr
             lines = report.stdout.splitlines()
-            if all("COMPLETED (native: COMPLETED, exit 0:0)" in ln for ln in lines[1:]):
+            if all("COMPLETED (native: COMPLETED, exit 0:0)" in ln
+                   for ln in lines[1:len(jobs) + 1]):
                 break
             assert time.monotonic() < deadline, report.stdout
             time.sleep(1)
         assert lines[0].startswith(f"chain {first} (") and lines[0].endswith(
-            f": {len(jobs)} links, succeeded"
+            f": {len(jobs) + len(cancelled)} links, succeeded"
         ), lines
-        assert [ln.split()[3] for ln in lines[1:]] == jobs
+        assert [ln.split()[3] for ln in lines[1:]] == jobs + cancelled
+        for ln in lines[len(jobs) + 1:]:
+            assert " CANCELLED (native: CANCELLED" in ln and "cancelled before it started" \
+                in ln, ln
     out = "".join((cwd / f"slurm-{job}.out").read_text() for job in jobs)
     for i, job in enumerate(jobs[1:], 2):
-        assert f"submitted job {job} as link {i} of at most 6 in chain {first}" in out
+        if ahead:
+            assert (f"queued job {job} as link {i} of at most 6 in chain {first}, to start "
+                    "when this job ends") in out
+        else:
+            assert f"submitted job {job} as link {i} of at most 6 in chain {first}" in out
 
 
 def test_until_done_chain_from_pmc_submit(tmp_path: Path) -> None:
+    """The default: each link queues the next behind itself as it starts."""
     names = long_dag(tmp_path)
     first = submit(tmp_path, "--site", "site.yaml", "--until-done", "--max-jobs", "6", "long.dag")
-    check_chain(tmp_path, names, first)
+    check_chain(tmp_path, names, first, ahead=True)
 
 
 def test_until_done_script_submitted_by_hand(tmp_path: Path) -> None:
-    # pmc script --until-done > job.sh && sbatch job.sh
+    # pmc script --until-done > job.sh && sbatch job.sh, each link submitting the next
+    # as it ends (--follow-up at-end).
     names = long_dag(tmp_path)
     script = pmc(tmp_path, "script", "--site", "site.yaml", "--until-done", "--max-jobs", "6",
-                 "long.dag")
+                 "--follow-up", "at-end", "long.dag")
     assert script.returncode == 0, script.stderr
     (tmp_path / "job.sh").write_text(script.stdout)
     sbatch = subprocess.run(
@@ -225,5 +263,5 @@ def test_until_done_script_submitted_by_hand(tmp_path: Path) -> None:
         capture_output=True, text=True, check=False,
     )
     assert sbatch.returncode == 0, sbatch.stderr
-    check_chain(tmp_path, names, sbatch.stdout.strip())
+    check_chain(tmp_path, names, sbatch.stdout.strip(), ahead=False)
     assert not (tmp_path / "long.dag.slurm.sh").exists()
