@@ -177,6 +177,34 @@ def test_local_scheduler_runs_detached_and_reports_status(fakes: Fakes) -> None:
     assert proc.returncode == 1 and "it has already ended (COMPLETED" in proc.stderr
 
 
+def test_a_warning_to_the_batch_shell_alone_does_not_end_the_job(fakes: Fakes) -> None:
+    """Slurm's --signal=B:USR1@60 reaches the batch shell only: the script traps it (pmc
+    run acts on the warnings its ranks get) and the job runs to its end."""
+    import os
+    import signal
+
+    data = base_profile("local")
+    del data["walltime"]
+    site = fakes.profile("site.yaml", data)
+    (fakes.work / "gate.dag").write_text(
+        "TASK A /bin/sh -c 'touch started; while [ ! -e release ]; do sleep 0.1; done'\n")
+    job_id = fakes.pmc("submit", "--site", str(site), "gate.dag", check=True).stdout.strip()
+    deadline = time.monotonic() + 60
+    while not (fakes.work / "started").exists():
+        assert time.monotonic() < deadline, "the task never started"
+        time.sleep(0.1)
+    os.kill(int(job_id.split("-")[0]), signal.SIGUSR1)
+    time.sleep(0.5)
+    (fakes.work / "release").touch()
+    _wait_local(fakes, job_id)
+    status = fakes.pmc("jobs", "status", "--scheduler", "local", job_id, check=True)
+    assert f"{job_id} COMPLETED" in status.stdout
+    out = (fakes.work / "gate.dag.local.sh.out").read_text()
+    assert "pmc: batch script got a warning signal; pmc run acts on those sent to its " \
+           "ranks" in out
+    assert rescue_done(fakes.work / "gate.dag.rescue") == ["A"]
+
+
 def test_local_job_is_not_confused_with_a_process_that_reuses_its_pid(fakes: Fakes) -> None:
     # A live process with the job's PID but another start time (what PID reuse looks
     # like): the job is not running, and cancel must not signal that process.

@@ -81,6 +81,9 @@ fi
 # state; pmc gets the signal itself.
 pmc_term=0
 trap 'pmc_term=1; echo "pmc: batch script got SIGTERM" >&2' TERM
+# A warning that time is short is pmc run's to act on, sent to its ranks (Slurm's
+# --signal=USR1@60, without B:); sent to this shell alone it must not end the job.
+trap 'echo "pmc: batch script got a warning signal; pmc run acts on those sent to its ranks" >&2' USR1 USR2 XCPU
 mpiexec -disable-auto-cleanup -n 8 -ppn 4 -launcher pbs pmc run --site-name example-pbs --no-site -t 2 --host-memory 65536 --max-wall-time 54 workflow.dag
 rc=$?
 echo "pmc: run exited with status $rc (job ${PMC_JOB_ID:-?}, chain link $PMC_CHAIN_INDEX)" >&2

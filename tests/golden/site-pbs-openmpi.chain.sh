@@ -31,12 +31,57 @@ pmc_chain_note() {
 pmc_chain_link() {
     mkdir -p "$pmc_chain_index" 2>/dev/null && printf '%s\n' "$pmc_chain_file" >"$pmc_chain_index/${1//[^A-Za-z0-9._-]/_}"
 }
+# This script's text, to submit again as the next link: pmc_self.
+pmc_find_self() {
+    if [ -f "$0" ] && grep -qxF '# pmc chain script: each follow-up job is this script, submitted again.' "$0"; then
+        pmc_self="$0"
+    elif [ -f workflow.dag.pbs.sh ] && grep -qxF '# pmc chain script: each follow-up job is this script, submitted again.' workflow.dag.pbs.sh; then
+        pmc_self=workflow.dag.pbs.sh
+    else
+        pmc_self=""
+        return 1
+    fi
+}
+# Submit it as link PMC_CHAIN_INDEX + 1 (its job id in pmc_next, empty if the
+# submission failed), and record it.
+pmc_submit_next() {
+    PMC_CHAIN_INDEX=$((PMC_CHAIN_INDEX + 1))
+    export PMC_CHAIN_INDEX
+    pmc_next="$(qsub -W "depend=afterany:$PBS_JOBID" -v PMC_CHAIN_ID,PMC_CHAIN_INDEX "$pmc_self")" || pmc_next=""
+    PMC_CHAIN_INDEX=$((PMC_CHAIN_INDEX - 1))
+    [ -n "$pmc_next" ] || return 1
+    pmc_chain_link "$pmc_next"
+    pmc_chain_note link="$((PMC_CHAIN_INDEX + 1))" job="$pmc_next" event=submitted by="$PMC_JOB_ID"
+}
 pmc_chain_link "$PMC_JOB_ID"
 pmc_chain_note link="$PMC_CHAIN_INDEX" job="$PMC_JOB_ID" event=started scheduler=pbs host="${HOSTNAME:-?}"
+pmc_next=""
+# A link queued ahead starts once the link before has ended: it runs only if
+# that one handed over to it (the workflow may have ended there).
+if [ "$PMC_CHAIN_INDEX" -gt 1 ]; then
+    pmc_before="$(awk -v c="chain=$PMC_CHAIN_ID" -v l="link=$((PMC_CHAIN_INDEX - 1))" '$2 == c && $3 == l && $5 == "event=ended" { o = $7 } END { print o }' "$pmc_chain_file" 2>/dev/null)"
+    if [ "$pmc_before" != outcome=continued ]; then
+        echo "pmc: link $((PMC_CHAIN_INDEX - 1)) of chain $PMC_CHAIN_ID did not hand over to this one (${pmc_before:-no record of its end}): the chain has ended; nothing to do" >&2
+        pmc_chain_note link="$PMC_CHAIN_INDEX" job="$PMC_JOB_ID" event=ended status=- outcome=skipped next=-
+        exit 0
+    fi
+fi
+# The next link waits in the queue while this one runs.
+if [ "$PMC_CHAIN_INDEX" -lt 5 ]; then
+    if pmc_find_self && pmc_submit_next; then
+        echo "pmc: queued job $pmc_next as link $((PMC_CHAIN_INDEX + 1)) of at most 5 in chain $PMC_CHAIN_ID, to start when this job ends" >&2
+    else
+        echo "pmc: could not queue the next link now; it is submitted at the end should the workflow be incomplete" >&2
+        pmc_next=""
+    fi
+fi
 # A TERM at the time limit must not end this script before pmc has saved its
 # state; pmc gets the signal itself.
 pmc_term=0
 trap 'pmc_term=1; echo "pmc: batch script got SIGTERM" >&2' TERM
+# A warning that time is short is pmc run's to act on, sent to its ranks (Slurm's
+# --signal=USR1@60, without B:); sent to this shell alone it must not end the job.
+trap 'echo "pmc: batch script got a warning signal; pmc run acts on those sent to its ranks" >&2' USR1 USR2 XCPU
 mpiexec --enable-recovery -n 32 --map-by ppr:16:node --bind-to none -x PATH -x PMC_JOB_ID -x PMC_CHAIN_INDEX -x PMC_SITE_NAME -x PMC_CHAIN_ID --mca plm tm pmc run --site-name example-pbs-openmpi --no-site -t 2 --max-wall-time 110 workflow.dag
 rc=$?
 echo "pmc: run exited with status $rc (job ${PMC_JOB_ID:-?}, chain link $PMC_CHAIN_INDEX)" >&2
@@ -57,42 +102,40 @@ case $rc in
     3) pmc_outcome=incomplete ;;
     *) pmc_outcome=ended ;;
 esac
+pmc_status=$rc
 if [ "$rc" -eq 3 ]; then
-    pmc_status=$rc
-    pmc_next=""
-    pmc_self=""
     if [ "$pmc_term" = 1 ]; then
         echo "pmc: the batch system stopped this job (SIGTERM): no follow-up; the chain $PMC_CHAIN_ID ends at link $PMC_CHAIN_INDEX (submit again to resume)" >&2
         pmc_outcome=stopped
     elif [ "$PMC_CHAIN_INDEX" -ge 5 ]; then
         echo "pmc: workflow incomplete after 5 jobs; chain ends" >&2
         pmc_outcome=max-jobs
-    elif [ -f "$0" ] && grep -qxF '# pmc chain script: each follow-up job is this script, submitted again.' "$0"; then
-        pmc_self="$0"
-    elif [ -f workflow.dag.pbs.sh ] && grep -qxF '# pmc chain script: each follow-up job is this script, submitted again.' workflow.dag.pbs.sh; then
-        pmc_self=workflow.dag.pbs.sh
-    else
+    elif [ -n "$pmc_next" ]; then
+        echo "pmc: workflow incomplete; job $pmc_next, queued as link $((PMC_CHAIN_INDEX + 1)) of at most 5 in chain $PMC_CHAIN_ID, goes on; this link ends as a success" >&2
+        pmc_outcome=continued
+        rc=0
+    elif ! pmc_find_self; then
         echo "pmc: cannot find this script's text to submit the follow-up ($0 is not it); the chain ends: submit the script again to resume" >&2
         pmc_outcome=no-follow-up
+    elif pmc_submit_next; then
+        echo "pmc: workflow incomplete; submitted job $pmc_next as link $((PMC_CHAIN_INDEX + 1)) of at most 5 in chain $PMC_CHAIN_ID; this link ends as a success" >&2
+        pmc_outcome=continued
+        rc=0
+    else
+        echo "pmc: could not submit the follow-up job; the chain ends" >&2
+        pmc_outcome=no-follow-up
     fi
-    if [ -n "$pmc_self" ]; then
-        PMC_CHAIN_INDEX=$((PMC_CHAIN_INDEX + 1))
-        export PMC_CHAIN_INDEX
-        pmc_next="$(qsub -W "depend=afterany:$PBS_JOBID" -v PMC_CHAIN_ID,PMC_CHAIN_INDEX "$pmc_self")" || pmc_next=""
-        PMC_CHAIN_INDEX=$((PMC_CHAIN_INDEX - 1))
-        if [ -n "$pmc_next" ]; then
-            echo "pmc: workflow incomplete; submitted job $pmc_next as link $((PMC_CHAIN_INDEX + 1)) of at most 5 in chain $PMC_CHAIN_ID; this link ends as a success" >&2
-            pmc_chain_link "$pmc_next"
-            pmc_chain_note link="$((PMC_CHAIN_INDEX + 1))" job="$pmc_next" event=submitted by="$PMC_JOB_ID"
-            pmc_outcome=continued
-            rc=0
-        else
-            echo "pmc: could not submit the follow-up job; the chain ends" >&2
-            pmc_outcome=no-follow-up
-        fi
+fi
+# The workflow ended here: the link queued ahead goes (or, should it start,
+# it finds this link did not hand over, and ends at once).
+if [ -n "$pmc_next" ] && [ "$pmc_outcome" != continued ]; then
+    if qdel "$pmc_next" >/dev/null 2>&1; then
+        echo "pmc: cancelled job $pmc_next, queued as link $((PMC_CHAIN_INDEX + 1)): the chain ends here" >&2
+    else
+        echo "pmc: could not cancel job $pmc_next, queued as link $((PMC_CHAIN_INDEX + 1)): it ends at once when it starts" >&2
     fi
-else
-    pmc_status=$rc
+    pmc_chain_note link="$((PMC_CHAIN_INDEX + 1))" job="$pmc_next" event=cancelled by="$PMC_JOB_ID"
+    pmc_next=""
 fi
 pmc_chain_note link="$PMC_CHAIN_INDEX" job="$PMC_JOB_ID" event=ended status="$pmc_status" outcome="$pmc_outcome" next="${pmc_next:--}"
 exit "$rc"

@@ -18,6 +18,9 @@ export PMC_JOB_ID PMC_CHAIN_INDEX PMC_SITE_NAME
 # state; pmc gets the signal itself.
 pmc_term=0
 trap 'pmc_term=1; echo "pmc: batch script got SIGTERM" >&2' TERM
+# A warning that time is short is pmc run's to act on, sent to its ranks (Slurm's
+# --signal=USR1@60, without B:); sent to this shell alone it must not end the job.
+trap 'echo "pmc: batch script got a warning signal; pmc run acts on those sent to its ranks" >&2' USR1 USR2 XCPU
 aprun -n 8 -N 1 -d 32 pmc run --site-name example-cray-slurm --no-site --host-cpus 32 --max-wall-time 230 --worker-slots 32 workflow.dag
 rc=$?
 echo "pmc: run exited with status $rc (job ${PMC_JOB_ID:-?}, chain link $PMC_CHAIN_INDEX)" >&2

@@ -23,6 +23,9 @@ export PMC_JOB_ID PMC_CHAIN_INDEX PMC_SITE_NAME
 # state; pmc gets the signal itself.
 pmc_term=0
 trap 'pmc_term=1; echo "pmc: batch script got SIGTERM" >&2' TERM
+# A warning that time is short is pmc run's to act on, sent to its ranks (Slurm's
+# --signal=USR1@60, without B:); sent to this shell alone it must not end the job.
+trap 'echo "pmc: batch script got a warning signal; pmc run acts on those sent to its ranks" >&2' USR1 USR2 XCPU
 srun --mpi=pmi2 --kill-on-bad-exit=0 --no-kill --ntasks=4 --ntasks-per-node=2 --cpus-per-task=16 pmc run --site-name example-slurm-gpus --no-site --host-memory 245760 --max-wall-time 230 --set-affinity --worker-slots 16 --host-gpus 4 --task-launcher 'srun --mpi=pmix --overlap --exact --distribution=arbitrary --ntasks={ranks} --nodelist={nodefile} --cpus-per-task={cpus_per_rank}' workflow.dag
 rc=$?
 echo "pmc: run exited with status $rc (job ${PMC_JOB_ID:-?}, chain link $PMC_CHAIN_INDEX)" >&2
