@@ -308,7 +308,7 @@ OPTIONS: tuple[Option, ...] = (
            choices=("priority", "critical-path", "priority-path"), default="priority",
            extension=True, profile="pmc.schedule"),
     Option(("--limit-memory-by",), "limit_memory_by",
-           "how --strict-limits holds a task to its -m: rlimit (default, as PMC: its "
+           "how strict limits hold a task to its -m: rlimit (default, as PMC: its "
            "address space, RLIMIT_AS; an allocation past it fails), cgroup (its memory, "
            "through its cgroup where the worker can create one, else rlimit: past it the "
            "kernel kills the task; programs that reserve address space they do not use, "
