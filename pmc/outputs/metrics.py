@@ -189,10 +189,10 @@ def _hosts(t: Tally) -> Iterator[Metric]:
     for host, n in t.host_slots.copy().items():
         host_slots.add_metric([host], n)
     yield host_slots
-    yield from _busy_total(t.host_cpus, "pmc_host_cpus", "Cpus per host",
+    yield from _busy_total(t.host_cpus(), "pmc_host_cpus", "Cpus per host",
                            "pmc_host_cpus_busy", "Cpus per host requested by the tasks "
                            "holding them (running, or on their way)", 1)
-    yield from _busy_total(t.host_memory, "pmc_host_memory_bytes", "Memory per host "
+    yield from _busy_total(t.host_memory(), "pmc_host_memory_bytes", "Memory per host "
                            "(detected, or --host-memory)", "pmc_host_memory_requested_bytes",
                            "Memory per host requested (-m) by the tasks holding it "
                            "(running, or on their way)", 1 << 20)

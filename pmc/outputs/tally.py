@@ -66,9 +66,9 @@ class Tally(Observer):
         self.rss_kb = 0
         self.host_runtime: dict[str, float] = {}
         self.host_slots: dict[str, int] = {}
-        # Requested cpus and memory (MB) held by tasks, per host: host -> (busy, total).
-        self.host_cpus: dict[str, tuple[int, int]] = {}
-        self.host_memory: dict[str, tuple[int, int]] = {}
+        # The hosts themselves, read when collected (their free cpus and memory now):
+        # nothing to copy per task.
+        self.hosts: dict[str, Host] = {}
         # GPUs per host that has some: host -> (busy, total), as of its last change.
         self.host_gpus: dict[str, tuple[int, int]] = {}
         # Running multi-rank tasks (pmc extension): id -> (name, its hosts, comma list).
@@ -91,8 +91,7 @@ class Tally(Observer):
     def host_changed(self, host: Host) -> None:
         if host.name not in self.host_slots:
             self.host_slots[host.name] = sum(w.slots for w in host.workers)
-        self.host_cpus[host.name] = (host.cpus - host.free_cpus, host.cpus)
-        self.host_memory[host.name] = (host.memory - host.free_memory, host.memory)
+            self.hosts[host.name] = host
         if host.gpus:
             self.host_gpus[host.name] = (len(host.gpus) - len(host.free_gpus), len(host.gpus))
 
@@ -195,6 +194,15 @@ class Tally(Observer):
         self.cpus_busy = self.memory_busy = 0
 
     # -- derived figures -------------------------------------------------------------------
+
+    def host_cpus(self) -> dict[str, tuple[int, int]]:
+        """Cpus per host: (requested by the tasks holding them, total)."""
+        return {name: (h.cpus - h.free_cpus, h.cpus) for name, h in self.hosts.copy().items()}
+
+    def host_memory(self) -> dict[str, tuple[int, int]]:
+        """Memory (MB) per host: (requested by the tasks holding it, total)."""
+        return {name: (h.memory - h.free_memory, h.memory)
+                for name, h in self.hosts.copy().items()}
 
     @property
     def queued(self) -> int:
