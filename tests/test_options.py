@@ -280,3 +280,16 @@ def test_an_option_without_effect_in_the_mode_says_so(monkeypatch: pytest.Monkey
     assert r.returncode == 0, r.stderr
     assert r.stderr.startswith(
         "[warn] --no-sleep-on-recv has no effect in embedded mode (MPI mode only)\n")
+
+
+def test_a_profile_gives_a_range_of_metrics_ports() -> None:
+    from pmc.adapters.site import SiteError
+
+    site = parse_site({"site": "x", "scheduler": "slurm",
+                       "metrics": {"port": "9466-9470", "file_sd": "/shared/targets"}}, "s.yaml")
+    argv = pmc_run_argv(site, "w.dag")
+    assert argv[argv.index("--metrics-port") + 1] == "9466-9470"
+    assert argv[argv.index("--metrics-file-sd") + 1] == "/shared/targets"
+    for bad in ("9470-9466", "0-10", "x"):
+        with pytest.raises(SiteError, match=r"s\.yaml: metrics\.port: bad value"):
+            parse_site({"site": "x", "scheduler": "slurm", "metrics": {"port": bad}}, "s.yaml")
