@@ -7,21 +7,21 @@ come the argparse options of both commands (``add_arguments``), the ``RunOptions
 fill (``run_options``; an option not given takes its environment alias's value, then a
 site profile's, ``apply_environment`` and ``apply_profile``, then its default), the site
 profile schema of the profile keys (``profile_schema``) and the ``pmc run`` argv a batch
-script runs (``argv_for``). No other module spells a run
-option's flag. The converters are in ``pmc.optiontypes``: a profile value is checked with
-the same function as the command line's text.
+script runs (``argv_for``). No other module spells a run option's flag. What a row holds
+(``Option``) and the converters are in ``pmc.optiontypes``: a profile value is checked
+with the same function as the command line's text.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from pmc import log
 from pmc.optiontypes import (
-    SCHEMA_OF,
+    Option,
     Ports,
     launcher_template,
     minutes,
@@ -102,64 +102,6 @@ class RunOptions(NamedTuple):
 
 
 # -- the table ---------------------------------------------------------------------------
-
-class Option(NamedTuple):
-    """One run option. ``kind``: "value" (takes an argument), "flag" (store_true),
-    "count" (repeatable flag), "const" (stores ``const`` in ``dest``, exclusive with
-    the other "const" options of the same ``dest``).
-
-    ``field``: the ``RunOptions`` attribute it fills ("" for none), through ``to_field``
-    when given. ``env``: the environment variable read when the option is not given,
-    converted by ``env_type`` (default ``type``). ``profile``: the dotted site profile
-    key (``pmc.tries``, ``logging.format``) whose value a batch script passes; None when
-    the profile cannot set it or sets it another way (``host.cpus``, ``walltime``).
-    ``extension``: beyond the reference, listed under "pmc options" in ``--help``.
-    ``worker``: workers need it (it reaches them in their ``WorkerConfig``). ``only_in``:
-    the one mode ("mpi", "local") where it has an effect; given in the other, the run says
-    so (``without_effect``)."""
-
-    flags: tuple[str, ...]
-    dest: str
-    help: str
-    kind: str = "value"
-    type: Callable[[str], Any] = str
-    default: Any = None
-    metavar: str | None = None
-    choices: tuple[str, ...] | None = None
-    const: str | None = None
-    env: str | None = None
-    env_type: Callable[[str], Any] | None = None
-    profile: str | None = None
-    profile_help: str | None = None
-    extension: bool = False
-    worker: bool = False
-    field: str | None = None
-    to_field: Callable[[Any], Any] | None = None
-    only_in: str | None = None
-
-    @property
-    def attr(self) -> str:
-        return self.dest if self.field is None else self.field
-
-    @property
-    def long(self) -> str:
-        return max(self.flags, key=len)
-
-    def schema(self) -> dict[str, Any]:
-        """The JSON schema of this option's profile value."""
-        if self.kind == "flag":
-            out: dict[str, Any] = {"type": "boolean"}
-        elif self.kind == "count":
-            out = {"type": "integer", "minimum": 0, "maximum": 5}
-        elif self.choices is not None:
-            out = {"enum": list(self.choices)}
-        else:
-            out = dict(SCHEMA_OF[self.type])
-        text = self.profile_help or (self.help if self.help != argparse.SUPPRESS else None)
-        if text:
-            out["description"] = f"{self.long}: {text}"
-        return out
-
 
 def _none_if_zero(value: Any) -> Any:
     return value or None
@@ -307,20 +249,16 @@ OPTIONS: tuple[Option, ...] = (
            "or Pegasus transformation as tasks end",
            choices=("priority", "critical-path", "priority-path"), default="priority",
            extension=True, profile="pmc.schedule"),
-    Option(("--limit-memory-by",), "limit_memory_by",
-           "how strict limits hold a task to its -m: rlimit (default, as PMC: its "
-           "address space, RLIMIT_AS; an allocation past it fails), cgroup (its memory, "
-           "through its cgroup where the worker can create one, else rlimit: past it the "
-           "kernel kills the task; programs that reserve address space they do not use, "
-           "JVMs and Go, run)", choices=("rlimit", "cgroup"), default="rlimit",
+    Option(("--limit-memory-by",), "limit_memory_by", "how strict limits hold a task to "
+           "its -m: rlimit (default, as PMC: its address space; an allocation past it "
+           "fails), cgroup (its memory, where the worker has cgroups: the kernel kills it "
+           "past -m; JVMs and Go run)", choices=("rlimit", "cgroup"), default="rlimit",
            extension=True, profile="pmc.limit_memory_by", worker=True),
-    Option(("--on-warning",), "on_warning",
-           "what a batch system's warning that time is short (SIGUSR1, SIGUSR2, SIGXCPU, "
-           "to the master or any worker) does: drain (default: no task starts any more, "
-           "running ones go on until they end or SIGTERM comes, then the run ends "
-           "incomplete with everything written), stop (as SIGTERM: running tasks are "
-           "stopped too), ignore (logged only)", choices=("drain", "stop", "ignore"),
-           default="drain", extension=True, profile="pmc.on_warning"),
+    Option(("--on-warning",), "on_warning", "what a batch system's warning that time is "
+           "short (SIGUSR1, SIGUSR2, SIGXCPU) does: drain (default: no task starts any "
+           "more, running ones end, then exit 3 with everything written), stop (as "
+           "SIGTERM), ignore", choices=("drain", "stop", "ignore"), default="drain",
+           extension=True, profile="pmc.on_warning"),
     Option(("--log-format",), "log_format",
            "log lines as text (default) or one JSON object per line",
            choices=("text", "json"), default="text", extension=True,
@@ -339,9 +277,8 @@ OPTIONS: tuple[Option, ...] = (
     Option(("--metrics-pushgateway",), "metrics_pushgateway",
            "push metrics to this Pushgateway, and once more at exit", metavar="URL",
            extension=True, profile="metrics.pushgateway"),
-    Option(("--metrics-file-sd",), "metrics_file_sd",
-           "write a Prometheus file_sd target file for this run's endpoint into DIR, "
-           "removed at the end (serves on a free port if --metrics-port is not given)",
+    Option(("--metrics-file-sd",), "metrics_file_sd", "a Prometheus file_sd target file "
+           "for the endpoint (a free port if no --metrics-port) in DIR while the run runs",
            metavar="DIR", extension=True, profile="metrics.file_sd"),
     Option(("--progress-interval",), "progress_interval",
            "pmc extension: when stderr is not a terminal, log '[info] Progress: "
@@ -424,20 +361,15 @@ def _apply_defaults(args: argparse.Namespace) -> None:
             setattr(args, o.dest, False if o.kind == "flag" else o.default)
 
 
-MODE_WORDS = {"mpi": "MPI mode", "local": "embedded mode"}
-
-
 def without_effect(opts: RunOptions, mode: str) -> list[str]:
-    """The options given (not at their default) that have no effect in ``mode``, each as
-    ``--flag has no effect in embedded mode (MPI mode only)``."""
+    """The options given (not at their default) that have no effect in ``mode``."""
+    words = {"mpi": "MPI mode", "local": "embedded mode"}
     out = []
     for o in OPTIONS:
-        if o.only_in is None or o.only_in == mode:
-            continue
         default = False if o.kind == "flag" else o.default
-        if getattr(opts, o.attr) != (o.to_field(default) if o.to_field else default):
-            out.append(f"{o.long} has no effect in {MODE_WORDS[mode]} "
-                       f"({MODE_WORDS[o.only_in]} only)")
+        if o.only_in not in (None, mode) and \
+                getattr(opts, o.attr) != (o.to_field(default) if o.to_field else default):
+            out.append(f"{o.long} has no effect in {words[mode]} ({words[o.only_in]} only)")
     return out
 
 

@@ -1,7 +1,8 @@
-"""Option values: the converters from command-line (or environment, or profile) text to
-the values of the run options, and the JSON schema a site profile value of each must
-match. A converter raises ``argparse.ArgumentTypeError`` with the message a user sees;
-the option table (``pmc.options``) names one per option.
+"""What a run option is (``Option``, a row of the table in ``pmc.options``) and its values:
+the converters from command-line (or environment, or profile) text to the values of the
+run options, and the JSON schema a site profile value of each must match. A converter
+raises ``argparse.ArgumentTypeError`` with the message a user sees; the option table
+names one per option.
 """
 
 from __future__ import annotations
@@ -146,3 +147,61 @@ SCHEMA_OF: dict[Callable[[str], Any], dict[str, Any]] = {
     launcher_template: {"type": "string"},
     str: {"type": "string"},
 }
+
+
+class Option(NamedTuple):
+    """One run option. ``kind``: "value" (takes an argument), "flag" (store_true),
+    "count" (repeatable flag), "const" (stores ``const`` in ``dest``, exclusive with
+    the other "const" options of the same ``dest``).
+
+    ``field``: the ``RunOptions`` attribute it fills ("" for none), through ``to_field``
+    when given. ``env``: the environment variable read when the option is not given,
+    converted by ``env_type`` (default ``type``). ``profile``: the dotted site profile
+    key (``pmc.tries``, ``logging.format``) whose value a batch script passes; None when
+    the profile cannot set it or sets it another way (``host.cpus``, ``walltime``).
+    ``extension``: beyond the reference, listed under "pmc options" in ``--help``.
+    ``worker``: workers need it (it reaches them in their ``WorkerConfig``). ``only_in``:
+    the one mode ("mpi", "local") where it has an effect; given in the other, the run says
+    so (``without_effect``)."""
+
+    flags: tuple[str, ...]
+    dest: str
+    help: str
+    kind: str = "value"
+    type: Callable[[str], Any] = str
+    default: Any = None
+    metavar: str | None = None
+    choices: tuple[str, ...] | None = None
+    const: str | None = None
+    env: str | None = None
+    env_type: Callable[[str], Any] | None = None
+    profile: str | None = None
+    profile_help: str | None = None
+    extension: bool = False
+    worker: bool = False
+    field: str | None = None
+    to_field: Callable[[Any], Any] | None = None
+    only_in: str | None = None
+
+    @property
+    def attr(self) -> str:
+        return self.dest if self.field is None else self.field
+
+    @property
+    def long(self) -> str:
+        return max(self.flags, key=len)
+
+    def schema(self) -> dict[str, Any]:
+        """The JSON schema of this option's profile value."""
+        if self.kind == "flag":
+            out: dict[str, Any] = {"type": "boolean"}
+        elif self.kind == "count":
+            out = {"type": "integer", "minimum": 0, "maximum": 5}
+        elif self.choices is not None:
+            out = {"enum": list(self.choices)}
+        else:
+            out = dict(SCHEMA_OF[self.type])
+        text = self.profile_help or (self.help if self.help != argparse.SUPPRESS else None)
+        if text:
+            out["description"] = f"{self.long}: {text}"
+        return out
