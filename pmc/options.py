@@ -75,6 +75,7 @@ class RunOptions(NamedTuple):
     schedule: str = "priority"  # or by path (pmc.core.pathorder): see --schedule
     limit_memory_by: str = "rlimit"  # --strict-limits: "rlimit" (as PMC) or "cgroup"
     on_warning: str = "drain"  # a warning signal: "drain", "stop" or "ignore"
+    reuse: bool = False  # skip tasks whose declared outputs are up to date (pmc.core.reuse)
     # Observability
     log_format: str = "text"  # "text" or "json"
     log_file: str | None = None
@@ -259,6 +260,11 @@ OPTIONS: tuple[Option, ...] = (
            "more, running ones end, then exit 3 with everything written), stop (as "
            "SIGTERM), ignore", choices=("drain", "stop", "ignore"), default="drain",
            extension=True, profile="pmc.on_warning"),
+    Option(("--reuse",), "reuse",
+           "do not run a task whose declared --outputs all exist and are no older than its "
+           "--inputs and its parents' outputs, nor (as Pegasus) one whose outputs only such "
+           "tasks need; it is recorded as reused. Tasks downstream of a changed file run",
+           kind="flag", extension=True, profile="pmc.reuse"),
     Option(("--log-format",), "log_format",
            "log lines as text (default) or one JSON object per line",
            choices=("text", "json"), default="text", extension=True,

@@ -152,7 +152,7 @@ def _run_master(opts: RunOptions, observers: list[Observer], workers: Workers,
 def _read_and_run(opts: RunOptions, observers: list[Observer], workers: Workers,
                   mode: str) -> int:
     from pmc.core.events import Fanout
-    from pmc.core.rescue import RescueError, read_rescue
+    from pmc.core.rescue import RescueError, read_records
     from pmc.dag import DagError, parse_dag
     from pmc.outputs import assemble
 
@@ -186,14 +186,22 @@ def _read_and_run(opts: RunOptions, observers: list[Observer], workers: Workers,
     sink = TaskOutput(opts)
     try:
         done: set[int] = set()
+        reused: set[int] = set()
         if not opts.skip_rescue:
             try:
-                done, warnings = read_rescue(opts.rescue_path, dag)
+                done, reused, warnings = read_records(opts.rescue_path, dag)
             except RescueError as e:
                 log.fatal(str(e))
                 return ExitCode.FAILED
             for w in warnings:
                 log.warn(w)
+        done |= reused  # reused in a run before: done, unless --reuse judges again
+        if opts.reuse:
+            from pmc.runtime.reuse import reusable
+
+            done, reused = reusable(dag, done)
+        else:
+            reused = set()
         # Files the run will write, checked before any task runs: a run that cannot keep
         # its rescue log or deliver its tasks' output stops here, with nothing done.
         try:
@@ -205,7 +213,7 @@ def _read_and_run(opts: RunOptions, observers: list[Observer], workers: Workers,
             return ExitCode.FAILED
         out = Fanout([*observers, *outputs.observers])
         return _run_with_transport(opts, dag, done, out, outputs.progress, workers.take(),
-                                   mode, sink)
+                                   mode, sink, reused)
     finally:
         sink.close()
         if lock_fd >= 0:
@@ -241,12 +249,12 @@ def settle_heap() -> None:
 
 def _run_with_transport(opts: RunOptions, dag: DAG, done: set[int], out: Observer,
                         progress: Progress | None, transport: Transport, mode: str,
-                        sink: TaskOutput) -> int:
+                        sink: TaskOutput, reused: set[int]) -> int:
     from pmc.core.rescue import RescueError
     from pmc.runtime.master import Master
     from pmc.runtime.summary import write_summary
 
-    master = Master(transport, opts, dag, done, out, mode)
+    master = Master(transport, opts, dag, done, out, mode, reused)
     settle_heap()
     log.info(f"Setting max cached files = {master.forward.maxfds}")
     log.info(f"Master starting with {transport.size - 1} workers")

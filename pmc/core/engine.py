@@ -5,12 +5,19 @@ are grouped into resource classes (what they ask of a host: ``pmc.dag.model.requ
 (cpus, memory) for the usual task) so the master can match the best task to
 a free slot in O(classes); within a class a heap of packed integers orders them by priority
 (higher first), then DAG order, without a tuple per entry.
+
+Task arrays (a pmc extension, ``pmc.dag.arrays``) cost the engine a few bytes per
+member: members that become ready together (an array without parents at the start, or
+once its join is done) are one heap entry, a *run* of ids (``runs``: its first id ->
+one past its last), taken one member at a time; and the joins between arrays are done
+the moment their parents are, counted as no task (``npassed``).
 """
 
 from __future__ import annotations
 
 import enum
 import heapq
+import re
 from array import array
 from collections.abc import Iterable, Iterator
 from itertools import compress
@@ -18,9 +25,10 @@ from operator import not_
 
 from pmc.core.pathorder import PathOrder
 from pmc.dag import DAG
-from pmc.dag.model import options_of, request_of
+from pmc.dag.model import JOIN_OPTIONS, TaskOptions, options_of, request_of
 
 _ID_MASK = 0xFFFFFFFF
+_READY_RUN = re.compile(b"\x01+")  # READY, in a state bytearray
 
 
 class State(enum.IntEnum):
@@ -30,6 +38,7 @@ class State(enum.IntEnum):
     DONE = 3
     FAILED = 4  # permanently: all tries used
     HELD = 5  # not admitted in this run (e.g. expected runtime exceeds the time left)
+    REUSED = 6  # not run: its declared outputs are up to date (--reuse, pmc extension)
 
 
 class Outcome(enum.Enum):
@@ -38,8 +47,9 @@ class Outcome(enum.Enum):
     FAILED = "failed"  # failed permanently
 
 
-_WAITING, _READY, _RUNNING, _DONE = (int(State.WAITING), int(State.READY),
-                                     int(State.RUNNING), int(State.DONE))
+_WAITING, _READY, _RUNNING, _DONE, _REUSED = (
+    int(State.WAITING), int(State.READY), int(State.RUNNING), int(State.DONE),
+    int(State.REUSED))
 
 
 def _key(priority: int, task_id: int) -> int:
@@ -65,6 +75,7 @@ class Engine:
         max_failures: int = 0,
         done: Iterable[int] = (),
         order: PathOrder | None = None,
+        reused: Iterable[int] = (),
     ) -> None:
         if tries < 1:
             raise ValueError("tries must be at least 1")
@@ -73,6 +84,7 @@ class Engine:
         self.default_tries = tries
         self.max_failures = max_failures
         n = len(dag)
+        self.ntasks = dag.ntasks  # the joins of task arrays are no tasks
         self.state = bytearray(n)
         self.waiting_on = array("i", dag.nparents)
         # Tries started per task, and whether it ever started (the "submitted" count):
@@ -82,12 +94,17 @@ class Engine:
         self.nsubmitted = 0
         # Only classes with ready tasks are present: the master scans these per dispatch.
         self.classes: dict[tuple[int, ...], list[int]] = {}
+        # Ready runs of array members: the first id a heap holds -> one past the last.
+        self.runs: dict[int, int] = {}
+        self.new_runs: list[tuple[int, int]] = []  # runs made ready since take_runs
         self.ndone = 0
         self.nfailed = 0
         self.nrunning = 0
         self.nready = 0
         self.nheld = 0
         self.nretries = 0
+        self.nreused = 0  # not run: declared outputs up to date (--reuse)
+        self.npassed = 0  # joins of task arrays done
         self.recovered = 0  # tasks DONE from the rescue log
         state = self.state
         for task_id in done:
@@ -95,38 +112,47 @@ class Engine:
                 state[task_id] = State.DONE
                 self.ndone += 1
         self.recovered = self.ndone
+        for task_id in reused:
+            if state[task_id] == _WAITING:
+                state[task_id] = _REUSED
+                self.nreused += 1
         waiting_on = self.waiting_on
-        if self.ndone:
-            for task_id in range(n):
-                if state[task_id] == State.DONE:
+        runs: list[tuple[int, int]] = []
+        if self.ndone or self.nreused or dag.arrays:
+            for finished in (_DONE, _REUSED):
+                for task_id in self.ids_in(State(finished)):
                     for child in dag.children(task_id):
                         waiting_on[child] -= 1
-            # WAITING tasks with no parent left become READY; DONE ones stay DONE.
-            for task_id in compress(range(n), map(not_, waiting_on)):
-                if state[task_id] == _WAITING:
-                    state[task_id] = _READY
-            roots = list(compress(_ids(dag), map(_READY.__eq__, state)))
+            if dag.arrays:
+                self._pass_joins()
+            # WAITING tasks with no parent left become READY; the others stay as they are.
+            state[:] = bytes(map(max, state, map(not_, waiting_on)))
+            roots, runs = self._ready_at_start()
         else:
             # No rescue log: READY (1) exactly where no parent is, built in C, not a
             # Python loop over a million tasks.
             state[:] = bytes(map(not_, waiting_on))
             roots = list(compress(_ids(dag), state))
-        self.nready = len(roots)
+        self.nready = len(roots) + sum(end - first for first, end in runs)
         # The tasks ready at the start, in DAG order, for the master to announce (then
         # dropped): found here once rather than searched for again.
         self.initial: list[int] = roots
+        self.new_runs = runs
         # Tasks share their TaskOptions (one for every task with the same option text):
         # the distinct ones among the roots are few, whatever their number.
         tasks = dag.tasks
         kinds = {(request_of(o), o.priority)
-                 for o in set(map(options_of, map(tasks.__getitem__, roots)))}
+                 for o in set(map(options_of, map(tasks.__getitem__,
+                                                  roots + [f for f, _e in runs])))}
         if len(kinds) == 1 and order is None:
             # The usual case: one class, one priority. Keys ascend with the id, and a
             # sorted list is already a heap: the very list of the roots, which the master
             # announces (``take_initial``) before anything is taken from a heap.
             ((request, priority),) = kinds
+            heads = sorted(roots + [f for f, _e in runs]) if runs else roots
             self.classes[request] = (
-                roots if priority == 0 else [_key(priority, t) for t in roots])
+                heads if priority == 0 else [_key(priority, t) for t in heads])
+            self.runs.update(runs)
         elif kinds:
             buckets: dict[tuple[int, ...], list[int]] = {}
             for task_id in roots:
@@ -137,6 +163,39 @@ class Engine:
             for cls, heap in buckets.items():
                 heapq.heapify(heap)
                 self.classes[cls] = heap
+            for first, end in runs:
+                self._ready_run(first, end, options_of(tasks[first]), counted=True)
+
+    def _pass_joins(self) -> None:
+        """At the start: the joins whose parents are all done are done too (their
+        children ready or not, as the state says next)."""
+        waiting_on, state, tasks = self.waiting_on, self.state, self.dag.tasks
+        joins = [join for owner in self.dag.arrays.values() for join in (owner.start, owner.end)
+                 if not waiting_on[join] and state[join] == _WAITING]
+        while joins:
+            join = joins.pop()
+            state[join] = _DONE
+            self.npassed += 1
+            for child in self.dag.children(join):
+                waiting_on[child] -= 1
+                if not waiting_on[child] and options_of(tasks[child]) is JOIN_OPTIONS:
+                    joins.append(child)
+
+    def _ready_at_start(self) -> tuple[list[int], list[tuple[int, int]]]:
+        """The READY ids: tasks, and array members as runs of consecutive ids."""
+        state = self.state
+        is_ready = _READY.__eq__
+        runs: list[tuple[int, int]] = []
+        if not self.dag.arrays:
+            return list(compress(_ids(self.dag), map(is_ready, state))), runs
+        roots: list[int] = []
+        pos = 0
+        for owner in self.dag.arrays.values():
+            roots.extend(compress(range(pos, owner.first), map(is_ready, state[pos:owner.first])))
+            runs.extend(m.span() for m in _READY_RUN.finditer(state, owner.first, owner.end))
+            pos = owner.end
+        roots.extend(compress(range(pos, len(state)), map(is_ready, state[pos:])))
+        return roots, runs
 
     # -- queries -----------------------------------------------------------------
 
@@ -165,7 +224,7 @@ class Engine:
         return self.nrunning == 0 and (self.nready == 0 or not self.accepting())
 
     def succeeded(self) -> bool:
-        return self.ndone == len(self.state)
+        return self.ndone + self.nreused == self.ntasks
 
     def ids_in(self, state: State) -> Iterator[int]:
         """The tasks in a state, in DAG order."""
@@ -182,17 +241,35 @@ class Engine:
         initial, self.initial = self.initial, []
         return initial
 
+    def take_runs(self) -> list[tuple[int, int]]:
+        """The runs of array members made ready (at the start, or since the last call),
+        as (first id, one past the last), once."""
+        runs, self.new_runs = self.new_runs, []
+        return runs
+
     def tries_of(self, task_id: int) -> int:
         tries = self.dag.tasks[task_id].tries
         return self.default_tries if tries is None else tries
 
     # -- transitions -------------------------------------------------------------
 
-
     def pop(self, cls: tuple[int, ...]) -> int:
         """Take the best ready task of a class; it is now running. Returns its id."""
         heap = self.classes[cls]
-        task_id = heapq.heappop(heap) & _ID_MASK
+        key = heap[0]
+        task_id = key & _ID_MASK
+        runs = self.runs
+        if runs and task_id in runs:
+            # A run's next member takes its place: its key is the next number, and no
+            # other key lies between the two, so the heap stays a heap.
+            end = runs.pop(task_id)
+            if task_id + 1 < end:
+                heap[0] = key + 1
+                runs[task_id + 1] = end
+            else:
+                heapq.heappop(heap)
+        else:
+            heapq.heappop(heap)
         if not heap:
             del self.classes[cls]
         self.state[task_id] = _RUNNING
@@ -241,12 +318,17 @@ class Engine:
             newly: list[int] = []
             waiting_on = self.waiting_on
             state = self.state
+            tasks = self.dag.tasks
             for child in self.dag.children(task_id):
                 left = waiting_on[child] - 1
                 waiting_on[child] = left
                 if left == 0 and state[child] == _WAITING:
-                    self._make_ready(child)
-                    newly.append(child)
+                    o = options_of(tasks[child])
+                    if o is JOIN_OPTIONS:
+                        self._pass(child, newly)  # a task array's join: done at once
+                    else:
+                        self._ready(child, o)
+                        newly.append(child)
             return Outcome.SUCCEEDED, newly
         if self.attempts[task_id] < self.tries_of(task_id):
             self.nretries += 1
@@ -258,9 +340,12 @@ class Engine:
         return Outcome.FAILED, []
 
     def _make_ready(self, task_id: int) -> None:
-        o = options_of(self.dag.tasks[task_id])
+        self._ready(task_id, options_of(self.dag.tasks[task_id]))
+
+    def _ready(self, task_id: int, o: TaskOptions, counted: bool = False) -> None:
         self.state[task_id] = _READY
-        self.nready += 1
+        if not counted:
+            self.nready += 1
         cls = (o.cpus, o.memory) if o.gpus == 0 and o.ranks == 1 else request_of(o)
         order = self.order
         key = ((-o.priority << 32) | task_id if order is None
@@ -270,3 +355,61 @@ class Engine:
             self.classes[cls] = [key]
         else:
             heapq.heappush(heap, key)
+
+    def _ready_run(self, first: int, end: int, o: TaskOptions, counted: bool = False) -> None:
+        """Array members ``first`` .. ``end - 1``, alike, ready together: one heap entry
+        (a key per member with ``--schedule``, whose keys differ by member)."""
+        if self.order is not None:
+            for task_id in range(first, end):
+                self._ready(task_id, o, counted)
+            return
+        self.state[first:end] = bytes((_READY,)) * (end - first)
+        if not counted:
+            self.nready += end - first
+        self.runs[first] = end
+        cls = request_of(o)
+        key = _key(o.priority, first)
+        heap = self.classes.get(cls)
+        if heap is None:
+            self.classes[cls] = [key]
+        else:
+            heapq.heappush(heap, key)
+
+    def _pass(self, join: int, newly: list[int]) -> None:
+        """A join whose parents are done is done; its children whose parents are all
+        done now become ready (in ``newly``, or, members of one array in a row, as a
+        run in ``new_runs``), or are joins done in turn."""
+        state, waiting_on, tasks = self.state, self.waiting_on, self.dag.tasks
+        joins = [join]
+        while joins:
+            join = joins.pop()
+            state[join] = _DONE
+            self.npassed += 1
+            first = last = -2
+            alike: TaskOptions | None = None
+            for child in self.dag.children(join):
+                left = waiting_on[child] - 1
+                waiting_on[child] = left
+                if left or state[child] != _WAITING:
+                    continue
+                o = options_of(tasks[child])
+                if o is JOIN_OPTIONS:
+                    joins.append(child)
+                elif child == last + 1 and o is alike:
+                    last = child
+                else:
+                    self._ready_ids(first, last, alike, newly)
+                    first = last = child
+                    alike = o
+            self._ready_ids(first, last, alike, newly)
+
+    def _ready_ids(self, first: int, last: int, o: TaskOptions | None,
+                   newly: list[int]) -> None:
+        if o is None:
+            return
+        if first == last:
+            self._ready(first, o)
+            newly.append(first)
+        else:
+            self._ready_run(first, last + 1, o)
+            self.new_runs.append((first, last + 1))

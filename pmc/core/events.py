@@ -9,7 +9,7 @@ observers that override it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -21,6 +21,16 @@ if TYPE_CHECKING:
 
 
 # NamedTuples, as RunOptions (pmc.options): no ``dataclasses`` import on the master's start.
+class ArrayInfo(NamedTuple):
+    """A task array of the run (a pmc extension): its members, and how many were done
+    before it started (from the rescue log) or are reused (--reuse)."""
+
+    name: str
+    members: int
+    recovered: int = 0
+    reused: int = 0
+
+
 class RunInfo(NamedTuple):
     dag_path: str
     tasks: int
@@ -38,6 +48,8 @@ class RunInfo(NamedTuple):
     # ("cgroup", "rlimit"; "" without --strict-limits).
     accounting: str = ""
     memory_limits: str = ""
+    reused: int = 0  # not run: declared outputs up to date (--reuse, pmc extension)
+    arrays: tuple[ArrayInfo, ...] = ()  # task arrays (pmc extension), in DAG order
 
 
 class Summary(NamedTuple):
@@ -74,6 +86,9 @@ class Summary(NamedTuple):
     # Summed task runtime x the cpus each try held (-c, times its ranks): what the cpus
     # were busy with (pmc's own figure; the reference's counts slots).
     cpu_seconds: float = 0.0
+    # Tasks not run because their declared outputs were up to date (--reuse): counted
+    # apart from ``succeeded`` and ``recovered``.
+    reused: int = 0
 
     # The end-of-run figures, defined once for the log lines, the events and the metrics.
     @property
@@ -106,6 +121,18 @@ class Observer:
 
     def ready(self, task: Task, seq: int) -> None:
         """The task's parents are all done: it is queued (jobstate SUBMIT)."""
+
+    def ready_run(self, tasks: Iterable[Task], seq: int, count: int) -> None:
+        """``count`` members of a task array ready together, numbered from ``seq``
+        (each made as it is read): ``ready`` for each, unless an observer counts them
+        at once."""
+        for task in tasks:
+            self.ready(task, seq)
+            seq += 1
+
+    def reused(self, tasks: Iterable[Task]) -> None:
+        """At the start, before any ``ready``: tasks not run in this run because their
+        declared outputs are up to date (--reuse)."""
 
     def dispatched(self, task: Task, seq: int, attempt: int, rank: int, host: str) -> None:
         """Sent to a worker (jobstate EXECUTE): to start at once, or (prefetched) when
@@ -184,6 +211,12 @@ class Fanout(Observer):
     def ready(self, task: Task, seq: int) -> None:
         self._each("ready", task, seq)
 
+    def ready_run(self, tasks: Iterable[Task], seq: int, count: int) -> None:
+        self._each("ready_run", tasks, seq, count)
+
+    def reused(self, tasks: Iterable[Task]) -> None:
+        self._each("reused", tasks)
+
     def dispatched(self, task: Task, seq: int, attempt: int, rank: int, host: str) -> None:
         self._each("dispatched", task, seq, attempt, rank, host)
 
@@ -230,11 +263,17 @@ def _noop(*args: Any) -> None:
     pass
 
 
+# Hooks whose default calls another: an observer overriding that one needs them too.
+_CALLS = {"ready_run": "ready"}
+
+
 def _bind(observers: Sequence[Observer], hook: str) -> Callable[..., None]:
     """What one hook of a Fanout calls: nothing, the one override, or each override."""
     base = getattr(Observer, hook)
+    calls = _CALLS.get(hook)
     methods = [getattr(obs, hook) for obs in observers
-               if getattr(type(obs), hook) is not base]
+               if getattr(type(obs), hook) is not base
+               or (calls and getattr(type(obs), calls) is not getattr(Observer, calls))]
     if not methods:
         return _noop
     if len(methods) == 1:

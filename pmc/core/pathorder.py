@@ -20,7 +20,7 @@ from array import array
 from collections.abc import Sequence
 
 from pmc.dag import DAG
-from pmc.dag.model import Task, options_of
+from pmc.dag.model import Optioned, options_of
 
 _QUANTUM = 1000  # paths compared to the millisecond
 _MAXQ = (1 << 32) - 1
@@ -93,7 +93,7 @@ class PathOrder:
         return (-priority << 64) | (q << 32) | task_id
 
 
-def _given(task: Task) -> float:
+def _given(task: Optioned) -> float:
     runtime: float | None = options_of(task).expected_runtime
     return -1.0 if runtime is None else runtime
 

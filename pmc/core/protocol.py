@@ -49,7 +49,8 @@ from typing import Any, NamedTuple
 # 4: STARTED, starts with RESULTS, START carries the wall time left; 5: WORKER_FAILED;
 # 6: PING, worker_timeout in WorkerConfig; 7: GPUs in HELLO, TaskSpec gpus and hosts;
 # 9: WARNED, limit_memory_by in WorkerConfig
-VERSION = 9
+# 10: TaskSpec env and outputs (task arrays, declared files)
+VERSION = 10
 
 CONFIG = 1
 HELLO = 2
@@ -127,6 +128,12 @@ class TaskSpec(NamedTuple):
     # A multi-rank task (--ranks): (host, ranks) of each host it runs on, this worker's
     # first; None: a plain task.
     hosts: tuple[tuple[str, int], ...] | None = None
+    # Variables added to the task's environment (an array member's PMC_ARRAY_INDEX and
+    # PMC_ARRAY_VALUE); None: none.
+    env: tuple[tuple[str, str], ...] | None = None
+    # Declared outputs (--outputs, pmc extension), relative to the DAG's directory: a try
+    # that exits 0 without one of them fails.
+    outputs: tuple[str, ...] | None = None
 
     @property
     def ranks(self) -> int:

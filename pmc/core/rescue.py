@@ -6,6 +6,10 @@ On start the old log is read (unless ``-s``), then replaced atomically by a new 
 begins with a DONE record for every task already done. Each batch of records is written
 with one ``write()`` (a killed process cannot tear it); one ``fdatasync()``, run by a
 thread so the master keeps working, covers every batch written before it.
+
+A task not run because its declared outputs are up to date (``--reuse``, a pmc
+extension, in DAGs that only pmc runs) has a ``REUSED <name>`` record instead, read
+back as done.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from pmc.dag import DAG
 from pmc.files import atomic_write
 
 _BLANKS = b" \t\r"
+_RECORDS = (b"DONE", b"REUSED")
 _BLANK_RUN = re.compile(b"[ \t\r]+")
 
 
@@ -28,19 +33,27 @@ class RescueError(Exception):
 
 
 def read_rescue(path: str, dag: DAG) -> tuple[set[int], list[str]]:
-    """Task ids recorded DONE in an existing log, and warnings about lines ignored.
+    """Task ids recorded DONE (or REUSED) in an existing log, and warnings about lines
+    ignored.
 
     A missing file means nothing is done. A torn last line (a crash mid-write) or a
     record naming a task the DAG does not have is ignored with a warning, never fatal.
     """
+    done, reused, warnings = read_records(path, dag)
+    return done | reused, warnings
+
+
+def read_records(path: str, dag: DAG) -> tuple[set[int], set[int], list[str]]:
+    """``read_rescue``, with the REUSED records apart: (done, reused, warnings)."""
     try:
         with open(path, "rb") as f:
             data = f.read()
     except FileNotFoundError:
-        return set(), []
+        return set(), set(), []
     except OSError as e:
         raise RescueError(f"{path}: cannot read rescue log: {e.strerror}") from e
     done: set[int] = set()
+    reused: set[int] = set()
     warnings: list[str] = []
     index = dag.index
     lines = data.split(b"\n")
@@ -52,29 +65,36 @@ def read_rescue(path: str, dag: DAG) -> tuple[set[int], list[str]]:
         # blank (a vertical tab, an NBSP) is read back whole.
         fields = _BLANK_RUN.split(line)
         last = lineno == len(lines)
-        if len(fields) != 2 or fields[0] != b"DONE":
+        if len(fields) != 2 or fields[0] not in _RECORDS:
             what = "torn last record" if last else "unrecognised record"
             warnings.append(f"{path}:{lineno}: ignoring {what}: {raw[:80]!r}")
             continue
         name = fields[1].decode("utf-8", "replace")
         task_id = index.get(name)
         if task_id is None:
-            what = "torn last record" if last else "unknown task"
-            warnings.append(f"{path}:{lineno}: ignoring {what} {name!r}")
-            continue
-        done.add(task_id)
-    return done, warnings
+            task_id = dag.id_of(name)  # an array member (its name is no index key)
+            if task_id is None:
+                what = "torn last record" if last else "unknown task"
+                warnings.append(f"{path}:{lineno}: ignoring {what} {name!r}")
+                continue
+        (done if fields[0] == b"DONE" else reused).add(task_id)
+    reused -= done
+    return done, reused, warnings
 
 
 class RescueLog:
     """The log being written by this run."""
 
-    def __init__(self, path: str, dag: DAG, done: Iterable[int]) -> None:
+    def __init__(self, path: str, dag: DAG, done: Iterable[int],
+                 reused: Iterable[int] = ()) -> None:
         self.path = path
         self._syncer: _Syncer | None = None
-        names = [dag.tasks[i].name for i in sorted(done)]
+        name_of = dag.name_of
+        data = _records(map(name_of, sorted(done)))
+        if reused:
+            data += _records(map(name_of, sorted(reused)), "REUSED")
         try:
-            atomic_write(path, _records(names), durable=True)
+            atomic_write(path, data, durable=True)
             self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
         except OSError as e:
             raise RescueError(f"{path}: cannot write rescue log: {e.strerror}") from e
@@ -218,8 +238,8 @@ class _Syncer(threading.Thread):
                 self.cond.notify_all()
 
 
-def _records(names: Iterable[str]) -> bytes:
-    return "".join(f"\nDONE {n}" for n in names).encode()
+def _records(names: Iterable[str], record: str = "DONE") -> bytes:
+    return "".join(f"\n{record} {n}" for n in names).encode()
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -7,18 +7,23 @@ from __future__ import annotations
 from array import array
 from itertools import accumulate, islice
 from operator import le
+from typing import TYPE_CHECKING
 
-from pmc.dag.model import DAG, DagError, Task
+from pmc.dag.model import DAG, DagError, Optioned
+
+if TYPE_CHECKING:
+    from pmc.dag.arrays import Array
 
 
 def build_dag(
     path: str,
-    tasks: list[Task],
+    tasks: list[Optioned],
     index: dict[str, int],
     parents: array[int],
     children: array[int],
     edge_lines: array[int],
     backward: bool,
+    arrays: dict[str, Array] | None = None,
 ) -> DAG:
     """Turn the edge lists into CSR form, each edge once; reject cycles.
 
@@ -67,7 +72,7 @@ def build_dag(
     del by_parent
     child_start = _signed(starts)
     del starts
-    dag = DAG(path, tasks, index, child_start, child_list, nparents)
+    dag = DAG(path, tasks, index, child_start, child_list, nparents, arrays)
     # With every edge pointing forward in DAG order there can be no cycle.
     if backward:
         _check_acyclic(dag, list(nparents), parents, children, edge_lines)
@@ -157,7 +162,7 @@ def _check_acyclic(
         for p, c, line in zip(parents, children, edge_lines, strict=True)
         if p << 32 | c in keys
     )
-    names = [dag.tasks[i].name for i in cycle]
+    names = [dag.name_of(i) for i in cycle]
     if len(names) > 12:
         shown = " -> ".join([*names[:10], "...", names[-1], names[0]])
         message = f"cycle of {len(names)} tasks: {shown}"

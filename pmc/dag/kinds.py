@@ -9,6 +9,7 @@ it): the file is read again here, only by runs that ask (``--schedule``).
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable
 
 from pmc.dag.model import DAG
 
@@ -27,8 +28,11 @@ def task_kinds(dag: DAG) -> tuple[array[int], list[str]]:
             names.append(name)
         return k
 
+    if dag.arrays:
+        _array_kinds(dag, kinds, kind)
+        return kinds, names
     given = _transformations(dag.path, len(dag)) if dag.path else {}
-    for tid, task in enumerate(dag.tasks):
+    for tid, task in enumerate(dag.made):
         transformation = given.get(tid)
         if transformation is not None:
             kinds[tid] = kind("pegasus::" + transformation)
@@ -36,6 +40,31 @@ def task_kinds(dag: DAG) -> tuple[array[int], list[str]]:
             words = task.command.split(None, 1)
             kinds[tid] = kind(words[0] if words else "")
     return kinds, names
+
+
+def _array_kinds(dag: DAG, kinds: array[int], kind: Callable[[str], int]) -> None:
+    """``task_kinds`` of a DAG with task arrays (pmc extension): every member of an
+    array is of its TASK line's kind (its joins take no time: of no matter)."""
+    lines = len(dag) - sum(a.n + 1 for a in dag.arrays.values())  # the TASK lines
+    given = _transformations(dag.path, lines) if dag.path else {}
+    starts = {a.start: a for a in dag.arrays.values()}
+    tid = ordinal = 0
+    while tid < len(dag):
+        owner = starts.get(tid)
+        command = owner.command if owner is not None else dag.made[tid].command
+        transformation = given.get(ordinal)
+        if transformation is not None:
+            k = kind("pegasus::" + transformation)
+        else:
+            words = command.split(None, 1)
+            k = kind(words[0] if words else "")
+        if owner is None:
+            kinds[tid] = k
+            tid += 1
+        else:
+            kinds[owner.first : owner.end] = array("I", [k]) * owner.n
+            tid = owner.end + 1
+        ordinal += 1
 
 
 def _transformations(path: str, ntasks: int) -> dict[int, str]:

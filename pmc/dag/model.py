@@ -7,9 +7,12 @@ edges in compressed (CSR) form, both small enough for a million tasks.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from operator import attrgetter
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from pmc.dag.arrays import Array
 
 
 class DagError(Exception):
@@ -37,6 +40,9 @@ class TaskOptions(NamedTuple):
     gpus: int = 0
     ranks: int = 1
     ranks_per_host: int = 0
+    # pmc extensions: declared files (paths as written, relative to the DAG's directory)
+    inputs: tuple[str, ...] | None = None
+    outputs: tuple[str, ...] | None = None
 
 
 def request_of(o: TaskOptions) -> tuple[int, ...]:
@@ -48,90 +54,18 @@ def request_of(o: TaskOptions) -> tuple[int, ...]:
 
 
 DEFAULT_OPTIONS = TaskOptions()
+# The options of a DAG's hidden join nodes (``pmc.dag.arrays``), told apart by identity:
+# a join asks for nothing and takes no time.
+JOIN_OPTIONS = TaskOptions(cpus=0, expected_runtime=0.0)
 new_task = object.__new__  # a Task with no attributes set, for the parse loop
 
 
-class Task:
-    """One TASK record. ``id`` is its index in DAG order; ``command`` is the raw text of
-    executable and arguments, split only at launch (``split_command``).
+class Optioned:
+    """What reads a ``TaskOptions`` as attributes: a Task, and the one placeholder every
+    member of a task array shares until it is made (``pmc.dag.arrays``)."""
 
-    The options live in one immutable ``TaskOptions`` shared by every task that
-    sets none of them, and by tasks whose option text is the same (``-m 1 -c 1`` on
-    every line), so a task costs six slots instead of twelve (a million tasks: 48 MB
-    less). They read and assign like plain attributes. The Pegasus id, different for
-    every task that has one, has a slot of its own, left unset (None) by the others.
-    ``line`` is kept as
-    its distance from ``id``: in a DAG without comments between its TASK lines that is
-    one small number Python shares, not a 32-byte int per task.
-    """
-
-    __slots__ = ("_line_after_id", "_options", "_pegasus", "command", "id", "name")
-    _pegasus: str | int  # set only for a task with a Pegasus id (int: SEQ - id)
-
-    def __init__(
-        self,
-        id: int,
-        name: str,
-        command: str,
-        *,
-        memory: int = 0,
-        cpus: int = 1,
-        tries: int | None = None,
-        priority: int = 0,
-        pipe_forwards: tuple[tuple[str, str], ...] | None = None,
-        file_forwards: tuple[tuple[str, str], ...] | None = None,
-        pegasus_id: str | None = None,
-        expected_runtime: float | None = None,
-        line: int = 0,
-        gpus: int = 0,
-        ranks: int = 1,
-        ranks_per_host: int = 0,
-    ) -> None:
-        self.id = id
-        self.name = name
-        self.command = command
-        if pegasus_id is not None:
-            self._pegasus = pegasus_id
-        self.line = line
-        if (
-            memory
-            or cpus != 1
-            or tries is not None
-            or priority
-            or pipe_forwards is not None
-            or file_forwards is not None
-            or expected_runtime is not None
-            or gpus
-            or ranks != 1
-            or ranks_per_host
-        ):
-            self._options = TaskOptions(
-                memory,
-                cpus,
-                tries,
-                priority,
-                pipe_forwards,
-                file_forwards,
-                expected_runtime,
-                gpus,
-                ranks,
-                ranks_per_host,
-            )
-        else:
-            self._options = DEFAULT_OPTIONS
-
-    # In a Pegasus DAG every TASK line follows its "#@" line: a task with a Pegasus id
-    # keeps its line as the distance from 2 * id, one shared small number again.
-    @property
-    def line(self) -> int:
-        """The line of the DAG file the task was defined on (0: not from a file)."""
-        if hasattr(self, "_pegasus"):
-            return 2 * self.id + self._line_after_id
-        return self.id + self._line_after_id
-
-    @line.setter
-    def line(self, value: int) -> None:
-        self._line_after_id = value - (2 * self.id if hasattr(self, "_pegasus") else self.id)
+    __slots__ = ("_options",)
+    _options: TaskOptions
 
     @property
     def memory(self) -> int:
@@ -182,28 +116,6 @@ class Task:
         self._options = self._options._replace(file_forwards=value)
 
     @property
-    def pegasus_id(self) -> str | None:
-        """SEQ of the task's "#@ SEQ TRANSFORMATION DAX_ID" line, if it has one."""
-        # The slot of a task without one is never set. getattr's default, not a
-        # try/except: a Python-level exception per dispatched task cost 0.4 µs.
-        pegasus: str | int | None = getattr(self, "_pegasus", None)
-        if pegasus is None:
-            return None
-        # The parser keeps a plain decimal SEQ as its distance from the id: Pegasus
-        # numbers a cluster's tasks 1, 2, 3... in order, so that is one small int Python
-        # shares, not 28 bytes of int (or 56 of text) per task.
-        return pegasus if isinstance(pegasus, str) else str(self.id + pegasus)
-
-    @pegasus_id.setter
-    def pegasus_id(self, value: str | None) -> None:
-        line = self.line
-        if value is not None:
-            self._pegasus = value
-        elif hasattr(self, "_pegasus"):
-            del self._pegasus
-        self.line = line
-
-    @property
     def expected_runtime(self) -> float | None:
         return self._options.expected_runtime
 
@@ -226,8 +138,168 @@ class Task:
         """Ranks on each host used (--ranks-per-host, a pmc extension); 0: any."""
         return self._options.ranks_per_host
 
+    @property
+    def inputs(self) -> tuple[str, ...] | None:
+        """Declared input files (--inputs, a pmc extension)."""
+        return self._options.inputs
+
+    @property
+    def outputs(self) -> tuple[str, ...] | None:
+        """Declared output files (--outputs, a pmc extension)."""
+        return self._options.outputs
+
+    def made(self, task_id: int) -> Task:
+        """The Task at ``task_id`` (a member placeholder makes one, not kept)."""
+        raise NotImplementedError
+
+    def files(self, task_id: int) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None]:
+        """The declared (inputs, outputs) of the task at ``task_id``."""
+        return self._options.inputs, self._options.outputs
+
+    def name_of(self, task_id: int) -> str:
+        """The name of the task at ``task_id``."""
+        raise NotImplementedError
+
+
+class Task(Optioned):
+    """One TASK record. ``id`` is its index in DAG order; ``command`` is the raw text of
+    executable and arguments, split only at launch (``split_command``).
+
+    The options live in one immutable ``TaskOptions`` shared by every task that
+    sets none of them, and by tasks whose option text is the same (``-m 1 -c 1`` on
+    every line), so a task costs six slots instead of twelve (a million tasks: 48 MB
+    less). They read and assign like plain attributes. The Pegasus id, different for
+    every task that has one, has a slot of its own, left unset (None) by the others.
+    ``line`` is kept as
+    its distance from ``id``: in a DAG without comments between its TASK lines that is
+    one small number Python shares, not a 32-byte int per task.
+    """
+
+    __slots__ = ("_line_after_id", "_pegasus", "command", "id", "name")
+    _pegasus: str | int  # set only for a task with a Pegasus id (int: SEQ - id)
+    # A member of a task array (pmc.dag.arrays.MemberTask) sets these; a plain task
+    # reads them from its class, at no cost per task.
+    array: Any = None  # the Array it belongs to
+    env: tuple[tuple[str, str], ...] | None = None  # added to its environment
+
+    def __init__(
+        self,
+        id: int,
+        name: str,
+        command: str,
+        *,
+        memory: int = 0,
+        cpus: int = 1,
+        tries: int | None = None,
+        priority: int = 0,
+        pipe_forwards: tuple[tuple[str, str], ...] | None = None,
+        file_forwards: tuple[tuple[str, str], ...] | None = None,
+        pegasus_id: str | None = None,
+        expected_runtime: float | None = None,
+        line: int = 0,
+        gpus: int = 0,
+        ranks: int = 1,
+        ranks_per_host: int = 0,
+        inputs: tuple[str, ...] | None = None,
+        outputs: tuple[str, ...] | None = None,
+    ) -> None:
+        self.id = id
+        self.name = name
+        self.command = command
+        if pegasus_id is not None:
+            self._pegasus = pegasus_id
+        self.line = line
+        if (
+            memory
+            or cpus != 1
+            or tries is not None
+            or priority
+            or pipe_forwards is not None
+            or file_forwards is not None
+            or expected_runtime is not None
+            or gpus
+            or ranks != 1
+            or ranks_per_host
+            or inputs is not None
+            or outputs is not None
+        ):
+            self._options = TaskOptions(
+                memory,
+                cpus,
+                tries,
+                priority,
+                pipe_forwards,
+                file_forwards,
+                expected_runtime,
+                gpus,
+                ranks,
+                ranks_per_host,
+                inputs,
+                outputs,
+            )
+        else:
+            self._options = DEFAULT_OPTIONS
+
+    # In a Pegasus DAG every TASK line follows its "#@" line: a task with a Pegasus id
+    # keeps its line as the distance from 2 * id, one shared small number again.
+    @property
+    def line(self) -> int:
+        """The line of the DAG file the task was defined on (0: not from a file)."""
+        if hasattr(self, "_pegasus"):
+            return 2 * self.id + self._line_after_id
+        return self.id + self._line_after_id
+
+    @line.setter
+    def line(self, value: int) -> None:
+        self._line_after_id = value - (2 * self.id if hasattr(self, "_pegasus") else self.id)
+
+    @property
+    def pegasus_id(self) -> str | None:
+        """SEQ of the task's "#@ SEQ TRANSFORMATION DAX_ID" line, if it has one."""
+        # The slot of a task without one is never set. getattr's default, not a
+        # try/except: a Python-level exception per dispatched task cost 0.4 µs.
+        pegasus: str | int | None = getattr(self, "_pegasus", None)
+        if pegasus is None:
+            return None
+        # The parser keeps a plain decimal SEQ as its distance from the id: Pegasus
+        # numbers a cluster's tasks 1, 2, 3... in order, so that is one small int Python
+        # shares, not 28 bytes of int (or 56 of text) per task.
+        return pegasus if isinstance(pegasus, str) else str(self.id + pegasus)
+
+    @pegasus_id.setter
+    def pegasus_id(self, value: str | None) -> None:
+        line = self.line
+        if value is not None:
+            self._pegasus = value
+        elif hasattr(self, "_pegasus"):
+            del self._pegasus
+        self.line = line
+
+    def made(self, task_id: int) -> Task:
+        return self
+
+    def name_of(self, task_id: int) -> str:
+        return self.name
+
     def __repr__(self) -> str:
         return f"Task({self.id}, {self.name!r}, {self.command!r})"
+
+
+class TaskView:
+    """Tasks by id, each made as it is read (an array member not made yet is made then,
+    and not kept): many tasks for an observer, without a Task for each at once."""
+
+    __slots__ = ("dag", "ids")
+
+    def __init__(self, dag: DAG, ids: Sequence[int]) -> None:
+        self.dag = dag
+        self.ids = ids
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __iter__(self) -> Iterator[Task]:
+        return map(self.dag.task, self.ids)
 
 
 # A task's TaskOptions, read without a Python call: over a few hundred thousand tasks,
@@ -239,18 +311,26 @@ class DAG:
     """Tasks in DAG order plus edges in compressed (CSR) form: small for a million tasks.
 
     ``index`` maps each name to its id and holds them in DAG order (ids 0, 1, 2, ...):
-    its values are the ids' own int objects, which the engine reuses."""
+    its values are the ids' own int objects, which the engine reuses.
 
-    __slots__ = ("child_list", "child_start", "index", "nparents", "path", "tasks")
+    Task arrays (a pmc extension, ``pmc.dag.arrays``) take a range of ids each: a hidden
+    join node, the members, another join. ``tasks`` holds for each member the array's
+    one placeholder (its options, what the engine needs to rank a ready task), and for
+    each join the array's join placeholder; ``index`` holds no member (a member's id is
+    found by arithmetic, ``id_of``). ``len(dag)`` counts ids, ``ntasks`` the tasks."""
+
+    __slots__ = ("arrays", "child_list", "child_start", "index", "nparents", "path",
+                 "tasks")
 
     def __init__(
         self,
         path: str,
-        tasks: list[Task],
+        tasks: list[Optioned],
         index: dict[str, int],
         child_start: array[int],
         child_list: array[int],
         nparents: array[int],
+        arrays: dict[str, Array] | None = None,
     ) -> None:
         self.path = path
         self.tasks = tasks
@@ -258,15 +338,45 @@ class DAG:
         self.child_start = child_start  # len(tasks) + 1 offsets into child_list
         self.child_list = child_list
         self.nparents = nparents
+        self.arrays: dict[str, Array] = arrays or {}  # by name, in DAG order
 
     def __len__(self) -> int:
         return len(self.tasks)
+
+    @property
+    def ntasks(self) -> int:
+        """The tasks: plain ones and array members, not the joins."""
+        return len(self.tasks) - 2 * len(self.arrays)
 
     def children(self, task_id: int) -> Sequence[int]:
         return self.child_list[self.child_start[task_id] : self.child_start[task_id + 1]]
 
     def edge_count(self) -> int:
         return len(self.child_list)
+
+    @property
+    def made(self) -> list[Task]:
+        """``tasks``, read where every id is known to hold its Task: a plain task's, and
+        an array member's from the moment it is taken to run until its last try has
+        ended (``pmc.runtime.placement``, the master's ``complete``)."""
+        return self.tasks  # type: ignore[return-value]
+
+    def task(self, task_id: int) -> Task:
+        """The Task of an id: an array member not made yet is made (and not kept)."""
+        return self.tasks[task_id].made(task_id)
+
+    def name_of(self, task_id: int) -> str:
+        """A task's name, without making a member (a join: its array's name)."""
+        return self.tasks[task_id].name_of(task_id)
+
+    def id_of(self, name: str) -> int | None:
+        """The id of a task or array member by name; None if the DAG has no such."""
+        found = self.index.get(name)
+        if found is None and self.arrays:
+            from pmc.dag.arrays import member_id
+
+            return member_id(self.arrays, name)
+        return found
 
 
 # Where the words of a command end: the blanks of C's isspace() in the C locale, as the

@@ -15,10 +15,11 @@ import os
 from array import array
 from typing import BinaryIO
 
+from pmc.dag import arrays as task_arrays
 from pmc.dag import edgehelper
 from pmc.dag.graph import build_dag
 from pmc.dag.lines import edge_ids, is_plain, read_blocks, reason, show, split_fields
-from pmc.dag.model import DAG, DEFAULT_OPTIONS, DagError, Task, TaskOptions, new_task
+from pmc.dag.model import DAG, DEFAULT_OPTIONS, DagError, Optioned, Task, TaskOptions, new_task
 from pmc.dag.taskline import SIMPLE_OPTIONS, option_values, parse_task, pegasus_seq
 from pmc.dag.words import SPACE, has_quoting
 
@@ -101,6 +102,14 @@ def _parse(path: str, f: BinaryIO, helper: edgehelper.EdgeHelper | None = None) 
                 continue  # nothing but the helper's EDGE lines
         quoting = b"'" in data or b'"' in data or b"\\" in data
         take(before, lines, is_plain(data), quoting, theirs)
+        if helper is not None and reader.arrays:
+            # EDGE lines naming arrays are the reader's alone: parse on without the
+            # helper (or again, alone, should it have taken some already).
+            if theirs:
+                raise _HelperFailed
+            helper.stop()
+            helper = None
+            split = -1
     parents, children, edge_lines = reader.parents, reader.children, reader.edge_lines
     backward = reader.backward
     if split >= 0:
@@ -114,7 +123,10 @@ def _parse(path: str, f: BinaryIO, helper: edgehelper.EdgeHelper | None = None) 
         # parse_dag parse again alone.
         edge_lines.frombytes(bytes(4 * (len(parents) - ours)))
         backward = backward or theirs_backward
-    return build_dag(path, reader.tasks, reader.index, parents, children, edge_lines, backward)
+    if reader.arrays:
+        task_arrays.check_names(path, reader.tasks, reader.index, reader.arrays)
+    return build_dag(path, reader.tasks, reader.index, parents, children, edge_lines, backward,
+                     reader.arrays)
 
 
 class _Reader:
@@ -125,12 +137,12 @@ class _Reader:
     does: the loop over a million lines is the parse's cost, and every attribute or
     call inside it would be paid per line."""
 
-    __slots__ = ("backward", "children", "edge_lines", "index", "last_command", "options",
-                 "parents", "path", "pegasus", "tasks")
+    __slots__ = ("arrays", "backward", "children", "edge_lines", "index", "last_command",
+                 "options", "parents", "path", "pegasus", "tasks")
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.tasks: list[Task] = []
+        self.tasks: list[Optioned] = []
         self.index: dict[str, int] = {}
         # "I", not "i": array("i") converts every item through PyArg_Parse, several times
         # slower than the unsigned types (a million edges make three million appends).
@@ -141,6 +153,7 @@ class _Reader:
         self.pegasus: str | int | None = None
         self.last_command = ""
         self.options = _SharedOptions()
+        self.arrays: dict[str, task_arrays.Array] = {}  # task arrays (a pmc extension)
 
     def take(self, before: int, lines: list[str], plain: bool, quoting: bool,
              theirs: bool) -> None:
@@ -151,6 +164,7 @@ class _Reader:
         add_child, add_line = self.children.append, self.edge_lines.append
         pegasus, last_command, backward = self.pegasus, self.last_command, self.backward
         prefix, cut, last_options = shared.prefix, shared.cut, shared.last
+        arrays = self.arrays
         for lineno, line in enumerate(lines, before + 1):
             # At most three fields: the rest of a TASK line is its command, kept as
             # written; the rest of an EDGE line must be exactly one name.
@@ -164,6 +178,9 @@ class _Reader:
                 try:
                     p, c = index[parts[1]], index[parts[2]]
                 except (KeyError, IndexError):
+                    if arrays:  # it may name an array or a member
+                        backward = self.array_edge(lineno, line) or backward
+                        continue
                     p, c = edge_ids(path, lineno, line, index)
                 if p >= c:
                     if p == c:
@@ -199,7 +216,13 @@ class _Reader:
                     task.id, task.name, task.command = tid, parts[1], command
                     task._line_after_id, task._options = lineno - tid, options
                 else:
-                    task = parse_task(path, lineno, line, parts, tid)
+                    parsed = parse_task(path, lineno, line, parts, tid)
+                    if isinstance(parsed, task_arrays.ArrayDef):  # a task array (extension)
+                        task_arrays.define(parsed, path, line, tasks, index, arrays, pegasus)
+                        pegasus = None
+                        shared.waiting = None
+                        continue
+                    task = parsed
                     if shared.waiting is not None and shared.learn(task):
                         prefix, cut, last_options = shared.prefix, shared.cut, shared.last
                 if pegasus is not None:
@@ -222,6 +245,11 @@ class _Reader:
             else:
                 raise _unknown(path, lineno, line, kind)
         self.pegasus, self.last_command, self.backward = pegasus, last_command, backward
+
+    def array_edge(self, lineno: int, line: str) -> bool:
+        """An EDGE line the fast path could not take in a DAG with task arrays."""
+        edges = task_arrays.Edges(self.parents, self.children, self.edge_lines)
+        return task_arrays.edge(self.path, lineno, line, self.index, self.arrays, edges)
 
 
 class _SharedOptions:
@@ -286,7 +314,8 @@ def _self_edge(path: str, lineno: int, line: str, name: str) -> DagError:
     )
 
 
-def _duplicate(path: str, lineno: int, line: str, first: Task) -> DagError:
+def _duplicate(path: str, lineno: int, line: str, first: Optioned) -> DagError:
+    assert isinstance(first, Task)
     return DagError(
         path, lineno,
         f"duplicate task id {first.name!r} (first defined at line {first.line}): {show(line)}",

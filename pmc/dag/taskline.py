@@ -8,8 +8,11 @@ every line with quoting, other options or values, or something wrong comes to
 Extensions to the reference format: the task options ``--expected-runtime SECONDS`` (a
 non-negative number, ``Task.expected_runtime``), ``--request-gpus N`` (GPUs per rank,
 N >= 0), ``--ranks N`` (an N-rank MPI task, N >= 1) and ``--ranks-per-host M`` (M >= 1,
-dividing N; only with ``--ranks``). The reference rejects them as unknown options, so
-DAGs that use them only run here.
+dividing N; only with ``--ranks``), ``--inputs`` and ``--outputs`` (declared files, paths
+separated by commas, the option repeatable), and ``--array``, ``--each-line`` and
+``--from-json``, which make the line a task array (``pmc.dag.arrays``: ``parse_task``
+returns its ``ArrayDef``). The reference rejects them as unknown options, so DAGs that
+use them only run here.
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ import struct
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from pmc.dag.lines import all_fields, show
+from pmc.dag import sweeps
+from pmc.dag.arrays import ArrayDef, read_sweep_file
+from pmc.dag.lines import all_fields, reason, show
 from pmc.dag.model import DagError, Task, TaskOptions
 from pmc.dag.words import SPACE, SPACE_RUN, has_quoting, shell_words, split_words
 
@@ -84,8 +89,9 @@ def option_values(prefix: str) -> TaskOptions | None:
     return TaskOptions(memory, cpus, tries, priority)
 
 
-def parse_task(path: str, lineno: int, line: str, parts: list[str], tid: int) -> Task:
-    """A TASK line with options, quotes, or something missing."""
+def parse_task(path: str, lineno: int, line: str, parts: list[str],
+               tid: int) -> Task | ArrayDef:
+    """A TASK line with options, quotes, or something missing; an array's TASK line."""
     if len(parts) < 2:
         raise DagError(path, lineno, f"TASK record has no task id: {show(line)}")
     name = parts[1]
@@ -107,7 +113,15 @@ def parse_task(path: str, lineno: int, line: str, parts: list[str], tid: int) ->
         raise DagError(path, lineno, f"TASK {name} has no executable: {show(line)}")
     if not words[i]:
         raise DagError(path, lineno, f"TASK {name} has an empty executable: {show(line)}")
-    return Task(tid, name, _command(rest, words, starts, i), line=lineno, **values)
+    command = _command(rest, words, starts, i)
+    sweep = [values.pop(field) for field in _SWEEPS if field in values]
+    if sweep:
+        if len(sweep) > 1:
+            raise _error(where, "a task array takes one of --array, --each-line and "
+                                f"--from-json (pmc extensions): {show(line)}")
+        text, found = sweep[0]
+        return ArrayDef(name, command, TaskOptions(**values), found, text, lineno)
+    return Task(tid, name, command, line=lineno, **values)
 
 
 _Where = tuple[str, int, str]  # the file, line number and line an option is read from
@@ -146,6 +160,8 @@ def _read_options(where: _Where, words: list[str]) -> tuple[dict[str, Any], int]
         field, read, want, least = option
         if field in _LISTS:
             values[field] = (*values.get(field, ()), read(where, opt, value, want, least))
+        elif field in _PATHS:
+            values[field] = (*values.get(field, ()), *read(where, opt, value, want, least))
         else:
             values[field] = read(where, opt, value, want, least)
     return values, i
@@ -227,6 +243,39 @@ def _seconds(where: _Where, opt: str, value: str, want: str, least: int) -> floa
     return seconds
 
 
+def _paths(where: _Where, opt: str, value: str, want: str, least: int) -> tuple[str, ...]:
+    """--inputs and --outputs: paths separated by commas, none empty."""
+    paths = tuple(value.split(","))
+    if not all(paths):
+        raise _error(where, f"task option {opt} (a pmc extension) needs {want}, "
+                            f"got {show(value)}")
+    return paths
+
+
+def _sweep_range(where: _Where, opt: str, value: str, want: str,
+                 least: int) -> tuple[str, sweeps.Values]:
+    try:
+        return f"{opt} {value}", sweeps.parse_range(value)
+    except sweeps.SweepError:
+        raise _error(where, f"task option {opt} (a pmc extension) needs {want}, "
+                            f"got {show(value)}") from None
+
+
+def _sweep_file(where: _Where, opt: str, value: str, want: str,
+                least: int) -> tuple[str, sweeps.Values]:
+    """--each-line FILE, --from-json FILE: read now, relative to the DAG's directory."""
+    try:
+        data = read_sweep_file(where[0], value)
+    except OSError as e:
+        raise _error(where, f"task option {opt} (a pmc extension): cannot read {value}: "
+                            f"{reason(e)}") from None
+    try:
+        found = sweeps.read_lines(data) if opt == "--each-line" else sweeps.read_json(data)
+    except sweeps.SweepError as e:
+        raise _error(where, f"task option {opt} (a pmc extension) needs {want}: {value}: "
+                            f"{e}") from None
+    return f"{opt} {value}", found
+
 
 class _Option(NamedTuple):
     """A task option: the Task keyword it sets, the reader of its value, what it wants
@@ -257,5 +306,13 @@ _OPTIONS = {
     "--request-gpus": _Option("gpus", _integer, "a whole number of GPUs >= 0"),
     "--ranks": _RANKS,
     "--ranks-per-host": _RANKS._replace(field="ranks_per_host"),
+    "--inputs": _Option("inputs", _paths, "paths separated by commas"),
+    "--outputs": _Option("outputs", _paths, "paths separated by commas"),
+    "--array": _Option("array", _sweep_range,
+                       "FIRST-LAST[:STEP] (whole numbers >= 0, FIRST <= LAST, STEP >= 1)"),
+    "--each-line": _Option("each_line", _sweep_file, "a file of values, one a line"),
+    "--from-json": _Option("from_json", _sweep_file, "a file holding a JSON list"),
 }
 _LISTS = frozenset({"pipe_forwards", "file_forwards"})  # given again, added to
+_PATHS = frozenset({"inputs", "outputs"})  # given again, added to
+_SWEEPS = ("array", "each_line", "from_json")  # the line is a task array

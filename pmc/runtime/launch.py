@@ -34,6 +34,7 @@ from pmc.core.protocol import (
 )
 from pmc.core.records import cluster_task_record
 from pmc.dag import split_command
+from pmc.runtime.declared import missing_output
 from pmc.runtime.accounting import Accounting, not_wanted
 from pmc.runtime.guard import Guard
 from pmc.runtime.hostinfo import close_on_exec_all
@@ -183,6 +184,8 @@ class Launcher:
         env["PMC_CPUS"] = str(spec.cpus)
         env["PMC_RANK"] = str(self.rank)
         env["PMC_HOST_RANK"] = str(self.host_rank)
+        if spec.env:  # an array member's index and value (pmc extension)
+            env.update(spec.env)
         if spec.affinity:
             env["PMC_AFFINITY"] = ",".join(map(str, spec.affinity))
         if spec.gpus or self.gpu_host:
@@ -350,6 +353,10 @@ class Launcher:
                     pipes.close(fd)
             error = pipes.error
         forwards: list[tuple[str, bytes]] = []
+        if status == 0 and error is None and spec.outputs:
+            error = missing_output(self.dag_dir, spec.outputs)
+            if error is not None:
+                log.error(f"Task {spec.name} failed: {error}")
         if status == 0 and error is None:
             if pipes is not None:
                 forwards = pipes.in_memory()

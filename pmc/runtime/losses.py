@@ -245,7 +245,7 @@ class Losses:
     def fail_lost(self, tid: int, rank: int) -> None:
         """A task whose workers keep being lost under it (it may be what kills them)
         fails for good, with the reason in its record."""
-        task = self.dag.tasks[tid]
+        task = self.dag.made[tid]
         queued = self.suspected.get(tid, 0) if self.suspected else 0
         n = self.losses.get(tid, 0) + queued
         how = "ran or was queued" if queued else "ran"

@@ -17,13 +17,15 @@ from collections.abc import Iterable
 from pmc import log
 from pmc.core import protocol
 from pmc.core.chains import Chains, depth_for
-from pmc.core.engine import Engine, Outcome
-from pmc.core.events import Observer, RunInfo, Summary
+from pmc.core.engine import Engine, Outcome, State
+from pmc.core.events import ArrayInfo, Observer, RunInfo, Summary
 from pmc.core.protocol import TaskResult
 from pmc.core.rescue import RescueError, RescueLog
 from pmc.core.resources import Resources
 from pmc.dag import DAG
 from pmc.dag.model import options_of
+from pmc.dag.arrays import MemberTask
+from pmc.dag.model import TaskView
 from pmc.errors import FatalError
 from pmc.options import RunOptions
 from pmc.runtime import ordering, startup
@@ -43,17 +45,18 @@ Finished = list[tuple[TaskResult, str | None]]  # tries that ended, with the mas
 
 class Master(Stopping, Losses):
     def __init__(self, transport: Transport, opts: RunOptions, dag: DAG, done: set[int],
-                 out: Observer, mode: str) -> None:
+                 out: Observer, mode: str, reused: set[int] | None = None) -> None:
         self.t = transport
         self.opts = opts
         self.dag = dag
         self.done_at_start = done
+        self.reused = reused or set()  # not run: declared outputs up to date (--reuse)
         self.out = out  # every observer, through one (a Fanout)
         self.mode = mode
         self.resources = Resources()
         order = ordering.path_order(dag, opts.schedule)
         self.engine = Engine(dag, tries=opts.tries, max_failures=opts.max_failures, done=done,
-                             order=order)
+                             order=order, reused=self.reused)
         self.reorder = ordering.Reorder(self.engine) if order is not None else None
         self.seq = array("i", bytes(4 * len(dag)))  # jobstate sequence number, 0 = none yet
         self.next_seq = 1
@@ -139,18 +142,28 @@ class Master(Stopping, Losses):
         startup.check_launcher(self.opts.task_launcher)
         self.gather_workers()
         startup.check_capable(self.dag, self.engine.state, self.resources)
-        self.rescue = RescueLog(self.opts.rescue_path, self.dag, self.done_at_start)
+        self.rescue = RescueLog(self.opts.rescue_path, self.dag, self.done_at_start,
+                                self.reused)
         startup.start_hosts(self.t, self.resources, bool(self.opts.host_script),
                             self.remaining(), self.worker_lost, self.stopping)
         o, res = self.opts, self.resources
         return RunInfo(
-            dag_path=o.dag, tasks=len(self.dag), recovered=self.engine.recovered,
+            dag_path=o.dag, tasks=self.dag.ntasks, recovered=self.engine.recovered,
             workers=len(res.workers), slots=res.total_slots, cpus=res.total_cpus,
             hosts=list(res.hosts), start=self.start_time, mode=self.mode, site=o.site,
             max_wall_time=None if o.max_wall_time is None else o.max_wall_time * 60.0,
             accounting=",".join(sorted(self.accounting)),
             memory_limits=",".join(sorted(self.memory_limits)) if o.strict_limits else "",
+            reused=self.engine.nreused, arrays=self.array_info(),
         )
+
+    def array_info(self) -> tuple[ArrayInfo, ...]:
+        """The task arrays, with their members done and reused at the start."""
+        state = self.engine.state
+        done, reused = bytes((State.DONE,)), bytes((State.REUSED,))
+        return tuple(ArrayInfo(a.name, a.n, state.count(done, a.first, a.end),
+                               state.count(reused, a.first, a.end))
+                     for a in self.dag.arrays.values())
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -159,7 +172,12 @@ class Master(Stopping, Losses):
         log.info("Starting workflow")
         if self.engine.recovered:
             log.info(f"Recovered {self.engine.recovered} finished task(s) from the rescue log")
+        if self.engine.nreused:
+            log.info(f"Reused {self.engine.nreused} task(s): their declared outputs are up "
+                     "to date")
+            self.out.reused(TaskView(self.dag, list(self.engine.ids_in(State.REUSED))))
         self.next_seq = self.placer.announce(self.engine.take_initial(), self.next_seq)
+        self.next_seq = self.placer.announce_runs(self.engine.take_runs(), self.next_seq)
         for host in self.resources.hosts.values():
             self.out.host_changed(host)
         self.out.flush()
@@ -271,9 +289,11 @@ class Master(Stopping, Losses):
         # as the reference numbers its submissions.
         self.seq[task_id] = self.next_seq
         self.next_seq += 1
+        # An array member not made yet is made to be told of (and not kept).
+        task = self.dag.tasks[task_id].made(task_id)
         if self.debug:
-            log.debug(f"Queueing task {self.dag.tasks[task_id].name}")
-        self.out.ready(self.dag.tasks[task_id], self.seq[task_id])
+            log.debug(f"Queueing task {task.name}")
+        self.out.ready(task, self.seq[task_id])
 
     def dispatch(self) -> None:
         engine = self.engine
@@ -320,7 +340,7 @@ class Master(Stopping, Losses):
         """The worker started the task at ``start`` (its Unix time): observers hear it
         once, after its predecessor's end and before its own."""
         worker = self.chains.started(task_id)
-        self.out.task_started(self.dag.tasks[task_id], self.seq[task_id],
+        self.out.task_started(self.dag.made[task_id], self.seq[task_id],
                               self.engine.attempts[task_id], worker.rank,
                               self.placer.where(task_id, worker) if self.resources.grants
                               else worker.host.name, start)
@@ -329,7 +349,7 @@ class Master(Stopping, Losses):
                        starts: list[tuple[int, float]] | None = None) -> None:
         """Results and starts from workers, told to the observers in the order they
         happened on each slot: a try's start, its end, its successor's start."""
-        tasks = self.dag.tasks
+        tasks = self.dag.made
         chains = self.chains
         running, unstarted = chains.running, chains.unstarted
         counts = self.counts
@@ -404,7 +424,7 @@ class Master(Stopping, Losses):
 
     def complete(self, finished: Finished) -> None:
         """Engine transitions, events and log lines for finished tries."""
-        tasks = self.dag.tasks
+        tasks = self.dag.made
         for res, error in finished:
             task = tasks[res.id]
             ok = res.status == 0 and error is None
@@ -421,11 +441,16 @@ class Master(Stopping, Losses):
             if not ok:
                 self.counts.tries_failed += 1
             self.out.result(task, self.seq[res.id], res, outcome.value)
+            if outcome is not Outcome.RETRY and task.__class__ is MemberTask:
+                self.dag.tasks[res.id] = task.array.slot  # its last try: let go
             if outcome is Outcome.SUCCEEDED:
                 if self.debug:
                     log.debug(f"Task {task.name} finished with exitcode 0")
                 for child in newly:
                     self.mark_ready(child)
+                if self.engine.new_runs:  # array members ready together
+                    self.next_seq = self.placer.announce_runs(self.engine.take_runs(),
+                                                              self.next_seq)
             else:
                 if io_failed:
                     # The master's own failure to write the task's forwarded data.
@@ -446,7 +471,7 @@ class Master(Stopping, Losses):
         says it succeeded): written at once, as the reference writes its I/O messages."""
         if task_id not in self.chains.running or task_id in self.forward_errors:
             return  # given up on, or already failed to write
-        error = self.write_forwards(self.dag.tasks[task_id].name, ((dest, data),))
+        error = self.write_forwards(self.dag.made[task_id].name, ((dest, data),))
         if error is not None:
             self.forward_errors[task_id] = error
 

@@ -17,7 +17,8 @@ from pmc.core.events import Observer
 from pmc.core.protocol import TaskSpec
 from pmc.core.resources import Grant, Resources, Worker
 from pmc.dag import DAG
-from pmc.dag.model import options_of, request_of
+from pmc.dag.arrays import MemberSlot
+from pmc.dag.model import TaskView, options_of, request_of
 from pmc.runtime.summary import Counts
 
 Batches = dict[int, list[TaskSpec]]  # worker rank -> tasks to send it
@@ -51,7 +52,7 @@ class Placer:
         """Tell the observers the tasks ready at the start (the master's ``mark_ready``
         for each, numbered from ``number``); returns the next number. A big DAG has a
         few hundred thousand roots: the loop does nothing per task but this."""
-        tasks = self.dag.tasks
+        tasks = self.dag.made
         seq = self.seq
         ready = self.out.ready
         debug = self.debug
@@ -63,6 +64,32 @@ class Placer:
             ready(task, number)
             number += 1
         return number
+
+    def announce_runs(self, runs: list[tuple[int, int]], number: int) -> int:
+        """Tell the observers of runs of array members ready together (each member
+        made only for the observers that want it): numbered from ``number``; returns
+        the next number."""
+        seq = self.seq
+        for first, end in runs:
+            seq[first:end] = array("i", range(number, number + end - first))
+            view = TaskView(self.dag, range(first, end))
+            if self.debug:
+                for task in view:
+                    log.debug(f"Queueing task {task.name}")
+            self.out.ready_run(view, number, end - first)
+            number += end - first
+        return number
+
+    def take(self, cls: tuple[int, ...]) -> int:
+        """The engine's best ready task of a class, now running: an array member is
+        made, and kept in the DAG's tasks until its last try has ended (the master's
+        ``complete``)."""
+        task_id = self.engine.pop(cls)
+        tasks = self.dag.tasks
+        slot = tasks[task_id]
+        if slot.__class__ is MemberSlot:
+            tasks[task_id] = slot.made(task_id)
+        return task_id
 
     def place(self, left: float | None) -> Batches:
         """Place what fits (``left``: seconds of wall time left, None: no limit)."""
@@ -88,7 +115,7 @@ class Placer:
                     if found is None:
                         continue
                     worker, plan = found
-                task_id = engine.pop(cls)
+                task_id = self.take(cls)
                 placed = True
                 if not self.admit(task_id, left):
                     break
@@ -147,7 +174,7 @@ class Placer:
             tail = chains.open_tail(cls[0], cls[1], gpus)
             if tail < 0:
                 break
-            task_id = engine.pop(cls)
+            task_id = self.take(cls)
             if not self.admit(task_id, left):
                 continue
             ids: tuple[str, ...] | None = None
@@ -178,7 +205,7 @@ class Placer:
         """``pred`` ended on ``worker``: its queued successor (if any) started in its
         place and takes over its slot and resources (returned: the successor, -1 if
         none), and the GPU ids it was sent with. Otherwise the slot is free."""
-        tasks = self.dag.tasks
+        tasks = self.dag.made
         res = self.resources
         before = tasks[pred]
         succ = self.chains.promote(pred)
@@ -207,7 +234,7 @@ class Placer:
         worker was lost), the cpus it was bound to included."""
         if affinity:
             worker.host.give_cpu_set(list(affinity))
-        task = self.dag.tasks[task_id]
+        task = self.dag.made[task_id]
         grants = self.resources.grants
         grant = grants.get(task_id) if grants else None
         self.resources.release(worker, task.cpus, task.memory, task_id)
@@ -218,14 +245,14 @@ class Placer:
 
     def fits_now(self, task_id: int) -> bool:
         """Whether a free slot could start the task now (its GPUs and ranks included)."""
-        cls = request_of(options_of(self.dag.tasks[task_id]))
+        cls = request_of(options_of(self.dag.made[task_id]))
         if len(cls) == 2:
             return self.resources.find(cls[0], cls[1]) is not None
         return self.resources.find_request(cls) is not None
 
     def admit(self, task_id: int, left: float | None) -> bool:
         """False (and the task held for the next run) if it would outlast the wall time."""
-        task = self.dag.tasks[task_id]
+        task = self.dag.made[task_id]
         if left is None or task.expected_runtime is None or task.expected_runtime <= left:
             return True
         self.engine.hold(task_id)
@@ -237,7 +264,7 @@ class Placer:
 
     def spec(self, task_id: int, affinity: tuple[int, ...] | None, after: int = -1,
              grant: Grant | None = None, gpus: tuple[str, ...] | None = None) -> TaskSpec:
-        task = self.dag.tasks[task_id]
+        task = self.dag.made[task_id]
         hosts = None
         if grant is not None:
             gpus = grant.gpus
@@ -245,13 +272,14 @@ class Placer:
                 hosts = grant.hosts()
         return TaskSpec(task_id, task.name, task.command, task.cpus, task.memory,
                         self.engine.attempts[task_id], task.pipe_forwards, task.file_forwards,
-                        task.pegasus_id, affinity, after, task.expected_runtime, gpus, hosts)
+                        task.pegasus_id, affinity, after, task.expected_runtime, gpus, hosts,
+                        task.env, task.outputs)
 
     def dispatched(self, task_id: int, worker: Worker) -> None:
         """A try is the worker's: sent to start now, or promoted in its predecessor's
         place (until then, queued tasks are not the observers' business)."""
         self.counts.tries_submitted += 1
-        self.out.dispatched(self.dag.tasks[task_id], self.seq[task_id],
+        self.out.dispatched(self.dag.made[task_id], self.seq[task_id],
                             self.engine.attempts[task_id], worker.rank,
                             self.where(task_id, worker) if self.resources.grants
                             else worker.host.name)
@@ -266,7 +294,7 @@ class Placer:
 
     def log_placed(self, task_id: int, worker: Worker, after: int = -1) -> None:
         """PMC's scheduling lines (debug and trace) for a task sent to a worker."""
-        name = self.dag.tasks[task_id].name
+        name = self.dag.made[task_id].name
         if self.trace:
             host = worker.host
             log.trace(f"Scheduling task {name}")
@@ -277,4 +305,4 @@ class Placer:
             log.debug(f"Submitting task {name} to slot {worker.rank}")
         else:
             log.debug(f"Submitting task {name} to slot {worker.rank}, to start when task "
-                      f"{self.dag.tasks[after].name} ends")
+                      f"{self.dag.made[after].name} ends")

@@ -18,7 +18,7 @@ from pmc.core.engine import State
 from pmc.core.protocol import WorkerConfig
 from pmc.core.resources import Resources
 from pmc.dag import DAG
-from pmc.dag.model import Task, options_of
+from pmc.dag.model import Optioned, options_of
 from pmc.errors import FatalError, Interrupted
 from pmc.options import RunOptions, worker_values
 from pmc.runtime import ranklaunch
@@ -111,20 +111,23 @@ def add_worker(rank: int, msg: protocol.Message, resources: Resources) -> tuple[
 def check_capable(dag: DAG, state: bytearray, resources: Resources) -> None:
     """Abort before anything runs if some task not done yet can never fit on any host
     (for a multi-rank task: on all of them together). One look per distinct
-    ``TaskOptions`` (tasks with the same option text share one), not per task."""
+    ``TaskOptions`` (tasks with the same option text share one, an array's members
+    theirs), not per task."""
     done = int(State.DONE)
-    rescued = done in state  # a rescue log: the tasks done need not fit
+    rescued = done in state  # a rescue log (or an array's join): those done need not fit
 
-    def pending() -> Iterable[Task]:
+    def pending() -> Iterable[Optioned]:
         return compress(dag.tasks, map(done.__ne__, state)) if rescued else dag.tasks
 
     bad = {o for o in set(map(options_of, pending()))
            if not resources.can_ever_run(o.cpus, o.memory, o.gpus, o.ranks, o.ranks_per_host)}
     if bad:
         # The first such task in DAG order names it.
-        for task in pending():
-            if options_of(task) in bad:
-                raise FatalError(f"FATAL ERROR: No host is capable of running task {task.name}")
+        for task_id, task in enumerate(dag.tasks):
+            if state[task_id] != done and options_of(task) in bad:
+                raise FatalError("FATAL ERROR: No host is capable of running task "
+                                 f"{dag.name_of(task_id)}")
+
 
 def check_launcher(template: str | None) -> None:
     """A --task-launcher template that cannot be used stops the run before it starts."""

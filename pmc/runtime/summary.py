@@ -57,7 +57,7 @@ class Counts:
             reason = f"{engine.nheld} task(s) held back: not enough wall time left"
         makespan = (self.last_end - self.first_start) if self.first_start is not None else 0.0
         return Summary(
-            ok=ok, outcome=outcome, reason=reason, tasks=len(engine.state),
+            ok=ok, outcome=outcome, reason=reason, tasks=engine.ntasks,
             submitted=engine.nsubmitted, succeeded=engine.ndone - engine.recovered,
             failed=engine.nfailed, extra=engine.nretries, recovered=engine.recovered,
             tries_submitted=self.tries_submitted, tries_failed=self.tries_failed,
@@ -67,6 +67,7 @@ class Counts:
             cpus=resources.total_cpus, workers=len(resources.workers),
             makespan=makespan, held=engine.nheld, per_host_runtime=self.per_host_runtime,
             cpu_seconds=self.cpu_seconds,
+            reused=engine.nreused,
         )
 
 
