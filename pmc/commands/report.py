@@ -14,6 +14,8 @@ Figures (definitions as in the RADICAL-Pilot paper and PMC's end-of-run lines):
 - Slowest tries, the tries that did not succeed, and per-host utilisation (per cpu and
   per slot, as above; a host that shared a multi-rank try with others has no per-cpu
   figure, as the log does not say how many of its ranks ran there).
+- Each task array's members (a pmc extension): done before the run, succeeded and
+  failed in it, and the failed ones' names; the tasks reused (``--reuse``).
 
 Every try is counted and drawn as what it was (``OUTCOMES``): succeeded; retried (failed,
 tried again); failed (failed for good); stopped (killed by a stop of the run — wall time,
@@ -28,6 +30,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -84,6 +87,8 @@ class Run:
     host_cpus: dict[str, int] = field(default_factory=dict)
     host_gpus: dict[str, int] = field(default_factory=dict)
     finished: dict[str, Any] | None = None
+    reused: int = 0  # tasks not run: declared outputs up to date (--reuse)
+    arrays: list[dict[str, Any]] = field(default_factory=list)  # workflow.started's
 
 
 def read_runs(path: str) -> list[Run]:
@@ -109,7 +114,10 @@ def read_runs(path: str) -> list[Run]:
                 runs.append(Run(start=float(ev.get("start") or ev.get("timestamp") or 0.0),
                                 dag=str(ev.get("dag", "")), slots=int(ev.get("slots", 0)),
                                 cpus=int(ev.get("cpus", 0)), tasks=int(ev.get("tasks", 0)),
-                                recovered=int(ev.get("recovered", 0))))
+                                recovered=int(ev.get("recovered", 0)),
+                                reused=int(ev.get("reused") or 0),
+                                arrays=[a for a in ev.get("arrays") or []
+                                        if isinstance(a, dict) and "name" in a]))
                 continue
             if not runs:
                 if name in TERMINAL:
@@ -300,7 +308,8 @@ def render(run: Run, fig: Figures, top: int = 10) -> str:
     if run.finished is not None:
         state = f"{run.finished.get('outcome', 'finished')}"
     w(f"Outcome: {state}")
-    w(f"Tasks in DAG: {run.tasks} ({run.recovered} done before this run)")
+    reused = f", {run.reused} reused" if run.reused else ""
+    w(f"Tasks in DAG: {run.tasks} ({run.recovered} done before this run{reused})")
     counts = ", ".join(f"{n} {OUTCOME_WORDS.get(o, o)}" for o, n in fig.by_outcome.items()
                        if n or o in ("succeeded", "failed"))
     w(f"Task tries: {fig.tries} ({counts})")
@@ -331,6 +340,8 @@ def render(run: Run, fig: Figures, top: int = 10) -> str:
         for host, ngpus, secs, share in fig.per_host_gpus:
             busy = "?" if share is None else f"{share:6.3f}"
             w(f"  {host:<20} {ngpus:5d} {secs:10.3f} {busy:>6}")
+    if run.arrays:
+        _render_arrays(run, w, top)
     w("")
     slow = sorted(run.tries, key=lambda t: (-t.duration, t.start))[:top]
     w(f"Slowest tries (top {len(slow)}):")
@@ -347,6 +358,35 @@ def render(run: Run, fig: Figures, top: int = 10) -> str:
         if t.stderr_tail:
             w(f"    stderr: {t.stderr_tail.splitlines()[-1]}")
     return "\n".join(out) + "\n"
+
+
+def _render_arrays(run: Run, w: Callable[[str], None], top: int) -> None:
+    """Each task array's members: done before the run, and what its tries did."""
+    counts = {str(a["name"]): {"succeeded": 0, "failed": 0, "tries": 0} for a in run.arrays}
+    failed: dict[str, list[str]] = {name: [] for name in counts}
+    for t in run.tries:
+        cut = t.task.rfind("[")
+        got = counts.get(t.task[:cut]) if cut > 0 and t.task.endswith("]") else None
+        if got is None:
+            continue
+        got["tries"] += 1
+        if t.outcome in ("succeeded", "failed"):
+            got[t.outcome] += 1
+        if t.outcome == "failed":
+            failed[t.task[:cut]].append(t.task)
+    w("")
+    w("Task arrays (members):")
+    w(f"  {'array':<20} {'members':>8} {'before':>8} {'reused':>7} {'succeeded':>10} "
+      f"{'failed':>7} {'tries':>7}")
+    for a in run.arrays:
+        name = str(a["name"])
+        got = counts[name]
+        w(f"  {name:<20} {int(a.get('members', 0)):8d} {int(a.get('recovered', 0)):8d} "
+          f"{int(a.get('reused', 0)):7d} {got['succeeded']:10d} {got['failed']:7d} "
+          f"{got['tries']:7d}")
+        if failed[name]:
+            more = " ..." if len(failed[name]) > top else ""
+            w(f"    failed: {' '.join(failed[name][:top])}{more}")
 
 
 def _status(status: int) -> str:

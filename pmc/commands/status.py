@@ -19,12 +19,13 @@ import os
 import socket
 import sys
 import time
+from bisect import bisect_left
 from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
 from pmc.commands.textout import write_out
-from pmc.core.rescue import RescueError, read_rescue
-from pmc.dag import DagError, parse_dag
+from pmc.core.rescue import RescueError, read_records
+from pmc.dag import DAG, DagError, parse_dag
 from pmc.errors import ExitCode
 from pmc.outputs.progress import clock
 from pmc.outputs.status import NAMES_KEPT, snapshot_path
@@ -52,6 +53,10 @@ class Status:
     gpus: dict[str, list[int]] = field(default_factory=dict)
     multirank_tasks: dict[str, list[str]] = field(default_factory=dict)
     metrics: str = ""  # the live run's metrics endpoint, if it serves one
+    # pmc extensions: tasks reused (--reuse; part of "done"), and each task array's
+    # progress (name, members, done, running, failed, failed_members)
+    reused: int = 0
+    arrays: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def remaining(self) -> int:
@@ -140,9 +145,11 @@ def _from_jobstate(path: str, st: Status) -> bool:
 def workflow_status(dag_path: str, rescue_path: str | None = None) -> Status:
     """Raises DagError / RescueError for an unreadable DAG or rescue log."""
     dag = parse_dag(dag_path)
-    done, _warnings = read_rescue(rescue_path or f"{dag_path}.rescue", dag)
-    st = Status(dag=dag_path, tasks=len(dag), done=len(done))
+    done, reused, _warnings = read_records(rescue_path or f"{dag_path}.rescue", dag)
+    st = Status(dag=dag_path, tasks=dag.ntasks, done=len(done) + len(reused),
+                reused=len(reused))
     snap = _read_snapshot(snapshot_path(dag_path))
+    st.arrays = _arrays(dag, done | reused, snap)
     if snap is None:
         jobstate = os.path.join(os.path.dirname(os.path.abspath(dag_path)), "jobstate.log")
         if not _from_jobstate(jobstate, st) and st.done:
@@ -152,6 +159,7 @@ def workflow_status(dag_path: str, rescue_path: str | None = None) -> Status:
     st.state = str(snap.get("state", "unknown"))
     st.recovered = int(snap.get("recovered", 0))
     st.failed = int(snap.get("failed", 0))
+    st.reused = int(snap.get("reused", st.reused))
     st.failed_tasks = [str(n) for n in snap.get("failed_tasks", [])]
     updated = float(snap.get("updated", 0.0))
     start = float(snap.get("start", 0.0))
@@ -184,6 +192,27 @@ def workflow_status(dag_path: str, rescue_path: str | None = None) -> Status:
     return st
 
 
+def _arrays(dag: DAG, done: set[int], snap: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Each task array's progress: done from the rescue log, running and failed from the
+    snapshot of a live or finished run (pmc extension)."""
+    if not dag.arrays:
+        return []
+    ids = sorted(done)
+    seen = {str(a.get("name")): a for a in (snap or {}).get("arrays") or []
+            if isinstance(a, dict)}
+    found = []
+    for name, owner in dag.arrays.items():
+        got = seen.get(name, {})
+        found.append({
+            "name": name, "members": owner.n,
+            "done": bisect_left(ids, owner.end) - bisect_left(ids, owner.first),
+            "running": int(got.get("running", 0)) if snap and snap.get("state") == "running"
+            else 0,
+            "failed": int(got.get("failed", 0)),
+            "failed_members": [str(m) for m in got.get("failed_members", [])]})
+    return found
+
+
 def _bar(fraction: float, width: int) -> str:
     filled = round(fraction * width)
     return "#" * filled + "." * (width - filled)
@@ -213,8 +242,11 @@ def render(st: Status, tty: bool, width: int = 80) -> str:
     else:
         lines.append(f"tasks: {st.tasks}")
         done = f"done: {st.done}"
-        if st.recovered:
-            done += f" ({st.recovered} from earlier runs)"
+        notes = [f"{st.recovered} from earlier runs"] if st.recovered else []
+        if st.reused:
+            notes.append(f"{st.reused} reused")
+        if notes:
+            done += f" ({', '.join(notes)})"
         lines.append(done)
         lines.append(f"running: {st.running}")
         if st.live:
@@ -238,6 +270,13 @@ def render(st: Status, tty: bool, width: int = 80) -> str:
     if st.failed_tasks:
         lines.append("failed tasks: " + " ".join(st.failed_tasks)
                      + (" ..." if st.failed > len(st.failed_tasks) else ""))
+    for a in st.arrays:
+        line = (f"array {a['name']}: {a['done']}/{a['members']} done, {a['running']} "
+                f"running, {a['failed']} failed")
+        if a["failed_members"]:
+            line += ": " + " ".join(a["failed_members"]) + (
+                " ..." if a["failed"] > len(a["failed_members"]) else "")
+        lines.append(line)
     return "\n".join(lines) + "\n"
 
 

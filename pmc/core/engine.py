@@ -141,15 +141,14 @@ class Engine:
         # Tasks share their TaskOptions (one for every task with the same option text):
         # the distinct ones among the roots are few, whatever their number.
         tasks = dag.tasks
+        heads = sorted(roots + [first for first, _end in runs]) if runs else roots
         kinds = {(request_of(o), o.priority)
-                 for o in set(map(options_of, map(tasks.__getitem__,
-                                                  roots + [f for f, _e in runs])))}
+                 for o in set(map(options_of, map(tasks.__getitem__, heads)))}
         if len(kinds) == 1 and order is None:
             # The usual case: one class, one priority. Keys ascend with the id, and a
             # sorted list is already a heap: the very list of the roots, which the master
             # announces (``take_initial``) before anything is taken from a heap.
             ((request, priority),) = kinds
-            heads = sorted(roots + [f for f, _e in runs]) if runs else roots
             self.classes[request] = (
                 heads if priority == 0 else [_key(priority, t) for t in heads])
             self.runs.update(runs)

@@ -1,7 +1,7 @@
 """The event log: one structured event per task state transition, and the run's start and end.
 
 ``EventLog`` is the observer that writes the events (ready, dispatched, started, finished
-/ failed, retried, held; workers lost and joined, hosts quarantined; the workflow start
+/ failed, retried, held, reused; workers lost and joined, hosts quarantined; the workflow start
 and end with the run's totals) to the run's
 ``LogOutput`` (``pmc.logsetup``). In text mode these are DEBUG lines, in JSON
 mode all of them are written. The per-task JSON events (four or five a task) are the one
@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from pmc.core.events import Observer, RunInfo, Summary
@@ -68,7 +68,8 @@ class EventLog(Observer):
             recovered=info.recovered, workers=info.workers, slots=info.slots, cpus=info.cpus,
             hosts=info.hosts, mode=info.mode, site=info.site, start=info.start,
             max_wall_time=info.max_wall_time, pid=os.getpid(), accounting=info.accounting,
-            memory_limits=info.memory_limits or None)
+            memory_limits=info.memory_limits or None, reused=info.reused,
+            arrays=[a._asdict() for a in info.arrays])
         self.out.flush()
 
     def host_changed(self, host: Host) -> None:
@@ -90,6 +91,11 @@ class EventLog(Observer):
         else:
             self.emit("task.ready", task=task.name, seq=seq, cpus=task.cpus,
                       memory=task.memory)
+
+    def reused(self, tasks: Iterable[Task]) -> None:
+        now = time.time()
+        for task in tasks:
+            self._record((_reused_line, now, task.name, task.outputs))
 
     def dispatched(self, task: Task, seq: int, attempt: int, rank: int, host: str) -> None:
         self.where[task.id] = (rank, host)
@@ -194,6 +200,11 @@ def _ready_line(ev: tuple[Any, ...]) -> str:
             f'"seq":{seq},"cpus":{cpus},"memory":{memory}}}\n')
 
 
+def _reused_line(ev: tuple[Any, ...]) -> str:
+    return "".join(render_json(None, "info", {"event": event, **fields}) + "\n"
+                   for event, fields in _held_events(ev))
+
+
 def _dispatched_line(ev: tuple[Any, ...]) -> str:
     _, ts, name, seq, attempt, rank, host, cpus, memory = ev
     if not (type(name) is str and type(seq) is int and type(attempt) is int
@@ -277,6 +288,9 @@ def _held_events(ev: tuple[Any, ...]) -> list[tuple[str, dict[str, Any]]]:
         _, _, name, seq, cpus, memory = ev
         return [("task.ready", {"timestamp": ts, "task": name, "seq": seq, "cpus": cpus,
                                 "memory": memory})]
+    if kind is _reused_line:
+        _, _, name, outputs = ev
+        return [("task.reused", {"timestamp": ts, "task": name, "outputs": list(outputs or ())})]
     if kind is _dispatched_line:
         _, _, name, seq, attempt, rank, host, cpus, memory = ev
         return [("task.dispatched", {"timestamp": ts, "task": name, "seq": seq,

@@ -93,6 +93,9 @@ def _workflow(t: Tally) -> Iterator[Metric]:
     yield GaugeMetricFamily("pmc_workflow_recovered_tasks",
                             "Tasks already done according to the rescue log",
                             value=info.recovered if info else 0)
+    yield GaugeMetricFamily("pmc_workflow_reused_tasks",
+                            "Tasks not run because their declared outputs are up to date "
+                            "(--reuse, pmc extension)", value=t.reused_n)
     if t.summary is not None:
         code = {"succeeded": 0, "failed": 1, "incomplete": 3}.get(t.summary.outcome, 1)
         yield GaugeMetricFamily("pmc_workflow_exit_code",

@@ -112,6 +112,12 @@ class StatusFile(Observer):
                                 for name, hosts in islice(t.multirank.copy().values(),
                                                           NAMES_KEPT)],
             "metrics": self.metrics_url,
+            # pmc extensions: tasks reused (--reuse), and each task array's members.
+            "reused": t.reused_n,
+            "arrays": [{"name": name, "members": a.members, "done": a.done,
+                        "reused": a.reused, "running": a.running, "failed": a.failed,
+                        "failed_members": a.failed_names}
+                       for name, a in t.arrays.items()],
         }
 
     def text(self) -> str:

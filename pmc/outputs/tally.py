@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
+from collections.abc import Iterable
 
 from pmc.core.events import Observer, RunInfo, Summary
 from pmc.core.protocol import TaskResult
@@ -18,12 +19,28 @@ from pmc.core.resources import Host
 from pmc.dag import Task
 from pmc.dag.model import options_of
 
+NAMES_KEPT = 20  # failed members' names kept per array
+
 # Upper bounds (seconds) of the task duration histogram: milliseconds to hours.
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
                     60.0, 300.0, 900.0, 3600.0, 14400.0)
 # Upper bounds (KiB, as the workers measure it) of the tries' peak memory histogram:
 # 1 MiB to 256 GiB, by fours.
 RSS_BUCKETS_KB = tuple(1024 << (2 * i) for i in range(10))
+
+
+class ArrayProgress:
+    """A task array's members (a pmc extension), counted as the tally counts tasks."""
+
+    __slots__ = ("done", "failed", "failed_names", "members", "reused", "running")
+
+    def __init__(self, members: int, done: int, reused: int) -> None:
+        self.members = members
+        self.done = done  # succeeded, in this run or one before
+        self.reused = reused
+        self.running = 0
+        self.failed = 0  # for good, in this run
+        self.failed_names: list[str] = []  # the first few
 
 
 class Tally(Observer):
@@ -74,6 +91,10 @@ class Tally(Observer):
         # Running multi-rank tasks (pmc extension): id -> (name, its hosts, comma list).
         self.multirank: dict[int, tuple[str, str]] = {}
         self.failed_names: list[str] = []  # permanently failed, in order
+        self.reused_n = 0  # not run: declared outputs up to date (--reuse)
+        # Task arrays (pmc extension), by name: empty for a DAG without any, which then
+        # pays one test of an empty dict per hook below.
+        self.arrays: dict[str, ArrayProgress] = {}
         # Workers lost and started in their place, hosts quarantined; the slots and
         # workers these took away or brought, against the counts at the start.
         self.workers_lost = 0
@@ -87,6 +108,9 @@ class Tally(Observer):
     def started(self, info: RunInfo) -> None:
         self.info = info
         self.start = info.start
+        self.reused_n = info.reused
+        self.arrays = {a.name: ArrayProgress(a.members, a.recovered, a.reused)
+                       for a in info.arrays}
 
     def host_changed(self, host: Host) -> None:
         if host.name not in self.host_slots:
@@ -103,10 +127,15 @@ class Tally(Observer):
             self.lost += 1
             self.cpus_busy -= task.cpus
             self.memory_busy -= task.memory
+            if self.arrays and task.array is not None:
+                self.arrays[task.array.name].running -= 1
             if self.multirank:
                 self._multirank_ended(task)
         elif self.sent.pop(task.id, None) is not None:
             self.lost += 1
+
+    def ready_run(self, tasks: Iterable[Task], seq: int, count: int) -> None:
+        self.ready_events += count  # members ready at once: none was running
 
     def dispatched(self, task: Task, seq: int, attempt: int, rank: int, host: str) -> None:
         self.dispatched_n += 1
@@ -118,6 +147,8 @@ class Tally(Observer):
         self.running[task.id] = (task, rank, host, start)
         self.cpus_busy += task.cpus
         self.memory_busy += task.memory
+        if self.arrays and task.array is not None:
+            self.arrays[task.array.name].running += 1
         if options_of(task).ranks != 1:  # its other ranks' cpus and memory are busy too
             self.multirank[task.id] = (task.name, host)
             self.cpus_busy += task.cpus * (task.ranks - 1)
@@ -134,6 +165,8 @@ class Tally(Observer):
         if entry is not None:
             self.cpus_busy -= task.cpus
             self.memory_busy -= task.memory
+            if self.arrays and task.array is not None:
+                self.arrays[task.array.name].running -= 1
             host = entry[2]
             if self.multirank and task.id in self.multirank:
                 self._multirank_ended(task)
@@ -166,6 +199,17 @@ class Tally(Observer):
             self.failed_names.append(task.name)
         else:
             self.stopped += 1
+        if self.arrays and task.array is not None:
+            self._array_result(self.arrays[task.array.name], task.name, outcome)
+
+    @staticmethod
+    def _array_result(progress: ArrayProgress, name: str, outcome: str) -> None:
+        if outcome == "succeeded":
+            progress.done += 1
+        elif outcome == "failed":
+            progress.failed += 1
+            if len(progress.failed_names) < NAMES_KEPT:
+                progress.failed_names.append(name)
 
     def held(self, task: Task, reason: str) -> None:
         self.held_n += 1
@@ -187,6 +231,8 @@ class Tally(Observer):
 
     def finished(self, summary: Summary) -> None:
         self.summary = summary
+        for progress in self.arrays.values():
+            progress.running = 0
         self.running.clear()
         self.multirank.clear()
         self.sent.clear()
