@@ -4,7 +4,10 @@ No MPI, no files, no clocks. Tasks are integer ids (their index in DAG order). R
 are grouped into resource classes (what they ask of a host: ``pmc.dag.model.request_of``,
 (cpus, memory) for the usual task) so the master can match the best task to
 a free slot in O(classes); within a class a heap of packed integers orders them by priority
-(higher first), then DAG order, without a tuple per entry.
+(higher first), then DAG order, without a tuple per entry. Between the two, an array
+member's index (a plain task's is 0): the members of arrays linked member by member
+(``EDGE A[i] B[i]``) go through their stages one index after the other, and a sweep's
+results come in order.
 
 Task arrays (a pmc extension, ``pmc.dag.arrays``) cost the engine a few bytes per
 member: members that become ready together (an array without parents at the start, or
@@ -22,12 +25,17 @@ from array import array
 from collections.abc import Iterable, Iterator
 from itertools import compress
 from operator import not_
+from typing import TYPE_CHECKING
 
 from pmc.core.pathorder import PathOrder
 from pmc.dag import DAG
+
+if TYPE_CHECKING:
+    from pmc.dag.arrays import Array
 from pmc.dag.model import JOIN_OPTIONS, TaskOptions, options_of, request_of
 
 _ID_MASK = 0xFFFFFFFF
+_NEXT_MEMBER = (1 << 32) + 1  # from one member's key to the next one's, alike
 _READY_RUN = re.compile(b"\x01+")  # READY, in a state bytearray
 
 
@@ -52,8 +60,10 @@ _WAITING, _READY, _RUNNING, _DONE, _REUSED = (
     int(State.REUSED))
 
 
-def _key(priority: int, task_id: int) -> int:
-    return (-priority << 32) | task_id
+def _key(priority: int, task_id: int, index: int = 0) -> int:
+    """A ready heap's key: priority (higher first), then an array member's index, then
+    the id (DAG order)."""
+    return (-priority << 64) | (index << 32) | task_id
 
 
 def _ids(dag: DAG) -> Iterable[int]:
@@ -141,17 +151,16 @@ class Engine:
         # Tasks share their TaskOptions (one for every task with the same option text):
         # the distinct ones among the roots are few, whatever their number.
         tasks = dag.tasks
-        heads = sorted(roots + [first for first, _end in runs]) if runs else roots
+        heads = roots + [first for first, _end in runs] if runs else roots
         kinds = {(request_of(o), o.priority)
                  for o in set(map(options_of, map(tasks.__getitem__, heads)))}
-        if len(kinds) == 1 and order is None:
+        if len(kinds) == 1 and order is None and not runs:
             # The usual case: one class, one priority. Keys ascend with the id, and a
             # sorted list is already a heap: the very list of the roots, which the master
             # announces (``take_initial``) before anything is taken from a heap.
             ((request, priority),) = kinds
             self.classes[request] = (
-                heads if priority == 0 else [_key(priority, t) for t in heads])
-            self.runs.update(runs)
+                roots if priority == 0 else [_key(priority, t) for t in roots])
         elif kinds:
             buckets: dict[tuple[int, ...], list[int]] = {}
             for task_id in roots:
@@ -163,7 +172,8 @@ class Engine:
                 heapq.heapify(heap)
                 self.classes[cls] = heap
             for first, end in runs:
-                self._ready_run(first, end, options_of(tasks[first]), counted=True)
+                slot = tasks[first]
+                self._ready_run(first, end, options_of(slot), slot.array, counted=True)
 
     def _pass_joins(self) -> None:
         """At the start: the joins whose parents are all done are done too (their
@@ -255,20 +265,7 @@ class Engine:
     def pop(self, cls: tuple[int, ...]) -> int:
         """Take the best ready task of a class; it is now running. Returns its id."""
         heap = self.classes[cls]
-        key = heap[0]
-        task_id = key & _ID_MASK
-        runs = self.runs
-        if runs and task_id in runs:
-            # A run's next member takes its place: its key is the next number, and no
-            # other key lies between the two, so the heap stays a heap.
-            end = runs.pop(task_id)
-            if task_id + 1 < end:
-                heap[0] = key + 1
-                runs[task_id + 1] = end
-            else:
-                heapq.heappop(heap)
-        else:
-            heapq.heappop(heap)
+        task_id = self._pop_run(heap) if self.runs else heapq.heappop(heap) & _ID_MASK
         if not heap:
             del self.classes[cls]
         self.state[task_id] = _RUNNING
@@ -278,6 +275,19 @@ class Engine:
         if not self._started[task_id]:
             self._started[task_id] = 1
             self.nsubmitted += 1
+        return task_id
+
+    def _pop_run(self, heap: list[int]) -> int:
+        """``pop`` while runs of array members are ready: the head of a run is its
+        first member, and the run's next member takes its place."""
+        key = heap[0]
+        task_id = key & _ID_MASK
+        end = self.runs.pop(task_id, 0)
+        if task_id + 1 < end:
+            heapq.heapreplace(heap, key + _NEXT_MEMBER)
+            self.runs[task_id + 1] = end
+        else:
+            heapq.heappop(heap)
         return task_id
 
     def hold(self, task_id: int) -> None:
@@ -322,11 +332,12 @@ class Engine:
                 left = waiting_on[child] - 1
                 waiting_on[child] = left
                 if left == 0 and state[child] == _WAITING:
-                    o = options_of(tasks[child])
+                    task = tasks[child]
+                    o = options_of(task)
                     if o is JOIN_OPTIONS:
                         self._pass(child, newly)  # a task array's join: done at once
                     else:
-                        self._ready(child, o)
+                        self._ready(child, o, task.array)
                         newly.append(child)
             return Outcome.SUCCEEDED, newly
         if self.attempts[task_id] < self.tries_of(task_id):
@@ -339,35 +350,43 @@ class Engine:
         return Outcome.FAILED, []
 
     def _make_ready(self, task_id: int) -> None:
-        self._ready(task_id, options_of(self.dag.tasks[task_id]))
+        task = self.dag.tasks[task_id]
+        self._ready(task_id, options_of(task), task.array)
 
-    def _ready(self, task_id: int, o: TaskOptions, counted: bool = False) -> None:
+    def _ready(self, task_id: int, o: TaskOptions, owner: Array | None,
+               counted: bool = False) -> None:
+        """``owner``: the array of a member (its index orders it), else None."""
         self.state[task_id] = _READY
         if not counted:
             self.nready += 1
         cls = (o.cpus, o.memory) if o.gpus == 0 and o.ranks == 1 else request_of(o)
         order = self.order
-        key = ((-o.priority << 32) | task_id if order is None
-               else order.key(task_id, o.priority))  # see _key
+        if order is not None:
+            key = order.key(task_id, o.priority)
+        elif owner is None:
+            key = (-o.priority << 64) | task_id  # see _key
+        else:
+            key = _key(o.priority, task_id, task_id - owner.first)
         heap = self.classes.get(cls)
         if heap is None:
             self.classes[cls] = [key]
         else:
             heapq.heappush(heap, key)
 
-    def _ready_run(self, first: int, end: int, o: TaskOptions, counted: bool = False) -> None:
+    def _ready_run(self, first: int, end: int, o: TaskOptions, owner: Array,
+                   counted: bool = False) -> None:
         """Array members ``first`` .. ``end - 1``, alike, ready together: one heap entry
         (a key per member with ``--schedule``, whose keys differ by member)."""
         if self.order is not None:
             for task_id in range(first, end):
-                self._ready(task_id, o, counted)
+                self._ready(task_id, o, owner, counted)
             return
         self.state[first:end] = bytes((_READY,)) * (end - first)
         if not counted:
             self.nready += end - first
         self.runs[first] = end
         cls = request_of(o)
-        key = _key(o.priority, first)
+        key = _key(o.priority, first, first - owner.first)
         heap = self.classes.get(cls)
         if heap is None:
             self.classes[cls] = [key]
@@ -384,31 +403,31 @@ class Engine:
             join = joins.pop()
             state[join] = _DONE
             self.npassed += 1
-            first = last = -2
-            alike: TaskOptions | None = None
+            run: list[int] = []  # consecutive members of one array, ready
             for child in self.dag.children(join):
                 left = waiting_on[child] - 1
                 waiting_on[child] = left
                 if left or state[child] != _WAITING:
                     continue
-                o = options_of(tasks[child])
-                if o is JOIN_OPTIONS:
+                task = tasks[child]
+                if options_of(task) is JOIN_OPTIONS:
                     joins.append(child)
-                elif child == last + 1 and o is alike:
-                    last = child
+                elif run and child == run[1] + 1 and task is tasks[run[0]]:
+                    run[1] = child  # the same placeholder: the same array
                 else:
-                    self._ready_ids(first, last, alike, newly)
-                    first = last = child
-                    alike = o
-            self._ready_ids(first, last, alike, newly)
+                    self._ready_ids(run, newly)
+                    run = [child, child]
+            self._ready_ids(run, newly)
 
-    def _ready_ids(self, first: int, last: int, o: TaskOptions | None,
-                   newly: list[int]) -> None:
-        if o is None:
+    def _ready_ids(self, run: list[int], newly: list[int]) -> None:
+        """Ids ``run[0]`` .. ``run[1]`` ready, alike: one task, or a run of members."""
+        if not run:
             return
+        first, last = run
+        task = self.dag.tasks[first]
         if first == last:
-            self._ready(first, o)
+            self._ready(first, options_of(task), task.array)
             newly.append(first)
         else:
-            self._ready_run(first, last + 1, o)
+            self._ready_run(first, last + 1, options_of(task), task.array)
             self.new_runs.append((first, last + 1))

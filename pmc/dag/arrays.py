@@ -162,7 +162,8 @@ def _filled(paths: tuple[str, ...] | None, index: int, value: str) -> tuple[str,
 class MemberSlot(Optioned):
     """What ``dag.tasks`` holds for every member of an array not made yet."""
 
-    __slots__ = ("array",)
+    __slots__ = ("_options", "array")
+    array: Array
 
     def __init__(self, owner: Array) -> None:
         self.array = owner
@@ -193,7 +194,8 @@ class MemberTask(Task):
 class JoinSlot(Optioned):
     """A hidden join node of an array: no task, done once its parents are."""
 
-    __slots__ = ("array",)
+    __slots__ = ("_options", "array")
+    array: Array
 
     def __init__(self, owner: Array) -> None:
         self.array = owner

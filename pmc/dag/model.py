@@ -64,8 +64,17 @@ class Optioned:
     """What reads a ``TaskOptions`` as attributes: a Task, and the one placeholder every
     member of a task array shares until it is made (``pmc.dag.arrays``)."""
 
-    __slots__ = ("_options",)
+    # Each subclass holds ``_options`` in its own slots: a Task's slots in one class, as
+    # cheap to walk (by the collector, at its end) as those of a class of its own.
+    __slots__ = ()
     _options: TaskOptions
+    # An array member's (its placeholder's, or its Task's) array; a plain task reads
+    # None from the class, at no cost per task.
+    array: Any = None
+
+    def _set(self, **changes: Any) -> None:
+        """A Task's option set (its TaskOptions, shared, are replaced, never changed)."""
+        object.__setattr__(self, "_options", self._options._replace(**changes))
 
     @property
     def memory(self) -> int:
@@ -73,7 +82,7 @@ class Optioned:
 
     @memory.setter
     def memory(self, value: int) -> None:
-        self._options = self._options._replace(memory=value)
+        self._set(memory=value)
 
     @property
     def cpus(self) -> int:
@@ -81,7 +90,7 @@ class Optioned:
 
     @cpus.setter
     def cpus(self, value: int) -> None:
-        self._options = self._options._replace(cpus=value)
+        self._set(cpus=value)
 
     @property
     def tries(self) -> int | None:
@@ -89,7 +98,7 @@ class Optioned:
 
     @tries.setter
     def tries(self, value: int | None) -> None:
-        self._options = self._options._replace(tries=value)
+        self._set(tries=value)
 
     @property
     def priority(self) -> int:
@@ -97,7 +106,7 @@ class Optioned:
 
     @priority.setter
     def priority(self, value: int) -> None:
-        self._options = self._options._replace(priority=value)
+        self._set(priority=value)
 
     @property
     def pipe_forwards(self) -> tuple[tuple[str, str], ...] | None:
@@ -105,7 +114,7 @@ class Optioned:
 
     @pipe_forwards.setter
     def pipe_forwards(self, value: tuple[tuple[str, str], ...] | None) -> None:
-        self._options = self._options._replace(pipe_forwards=value)
+        self._set(pipe_forwards=value)
 
     @property
     def file_forwards(self) -> tuple[tuple[str, str], ...] | None:
@@ -113,7 +122,7 @@ class Optioned:
 
     @file_forwards.setter
     def file_forwards(self, value: tuple[tuple[str, str], ...] | None) -> None:
-        self._options = self._options._replace(file_forwards=value)
+        self._set(file_forwards=value)
 
     @property
     def expected_runtime(self) -> float | None:
@@ -121,7 +130,7 @@ class Optioned:
 
     @expected_runtime.setter
     def expected_runtime(self, value: float | None) -> None:
-        self._options = self._options._replace(expected_runtime=value)
+        self._set(expected_runtime=value)
 
     @property
     def gpus(self) -> int:
@@ -175,11 +184,10 @@ class Task(Optioned):
     one small number Python shares, not a 32-byte int per task.
     """
 
-    __slots__ = ("_line_after_id", "_pegasus", "command", "id", "name")
+    __slots__ = ("_line_after_id", "_options", "_pegasus", "command", "id", "name")
     _pegasus: str | int  # set only for a task with a Pegasus id (int: SEQ - id)
-    # A member of a task array (pmc.dag.arrays.MemberTask) sets these; a plain task
-    # reads them from its class, at no cost per task.
-    array: Any = None  # the Array it belongs to
+    # A member of a task array (pmc.dag.arrays.MemberTask) sets this; a plain task reads
+    # it from its class, at no cost per task.
     env: tuple[tuple[str, str], ...] | None = None  # added to its environment
 
     def __init__(

@@ -9,12 +9,10 @@ once, when the DAG is: a change to them during the run changes nothing.
 
 from __future__ import annotations
 
-import json
 import re
 from array import array
 from collections.abc import Callable
 from itertools import accumulate, islice
-from json.scanner import make_scanner
 from typing import Protocol
 
 _LINES_AT_ONCE = 1 << 20  # bytes of a file split into lines at a time (a bounded peak)
@@ -133,6 +131,8 @@ class JsonValues:
         return len(self.spans) // 2
 
     def value(self, index: int) -> str:
+        import json  # only for arrays over JSON lists: not on every master's start
+
         item = json.loads(self.text[self.spans[2 * index] : self.spans[2 * index + 1]])
         if isinstance(item, str):
             return item
@@ -142,6 +142,9 @@ class JsonValues:
 def read_json(data: bytes) -> JsonValues:
     """The items of a JSON list, each read once to find where it ends (and kept as its
     place in the text, not as an object)."""
+    import json
+    from json.scanner import make_scanner
+
     try:
         text = data.decode()
     except UnicodeDecodeError as e:

@@ -34,8 +34,8 @@ from pmc.core.protocol import (
 )
 from pmc.core.records import cluster_task_record
 from pmc.dag import split_command
-from pmc.runtime.declared import missing_output
 from pmc.runtime.accounting import Accounting, not_wanted
+from pmc.runtime.declared import missing_output
 from pmc.runtime.guard import Guard
 from pmc.runtime.hostinfo import close_on_exec_all
 from pmc.runtime.multirank import RankLauncher

@@ -51,6 +51,7 @@ class Master(Stopping, Losses):
         self.dag = dag
         self.done_at_start = done
         self.reused = reused or set()  # not run: declared outputs up to date (--reuse)
+        self.members = bool(dag.arrays)  # task arrays: members made and let go
         self.out = out  # every observer, through one (a Fanout)
         self.mode = mode
         self.resources = Resources()
@@ -289,8 +290,9 @@ class Master(Stopping, Losses):
         # as the reference numbers its submissions.
         self.seq[task_id] = self.next_seq
         self.next_seq += 1
-        # An array member not made yet is made to be told of (and not kept).
-        task = self.dag.tasks[task_id].made(task_id)
+        task = self.dag.made[task_id]
+        if self.members:  # an array member not made yet is made to be told of (not kept)
+            task = self.dag.task(task_id)
         if self.debug:
             log.debug(f"Queueing task {task.name}")
         self.out.ready(task, self.seq[task_id])
@@ -441,7 +443,7 @@ class Master(Stopping, Losses):
             if not ok:
                 self.counts.tries_failed += 1
             self.out.result(task, self.seq[res.id], res, outcome.value)
-            if outcome is not Outcome.RETRY and task.__class__ is MemberTask:
+            if self.members and outcome is not Outcome.RETRY and isinstance(task, MemberTask):
                 self.dag.tasks[res.id] = task.array.slot  # its last try: let go
             if outcome is Outcome.SUCCEEDED:
                 if self.debug:

@@ -37,6 +37,7 @@ class Placer:
         self.out = out
         self.prefetch = prefetch
         self.set_affinity = set_affinity
+        self.members = bool(dag.arrays)  # task arrays: members are made when taken
         self.debug = log.enabled(log.DEBUG)
         self.trace = log.enabled(log.TRACE)
         # The GPU ids and cpu ids of queued tasks (taken from the task each follows):
@@ -80,16 +81,13 @@ class Placer:
             number += end - first
         return number
 
-    def take(self, cls: tuple[int, ...]) -> int:
-        """The engine's best ready task of a class, now running: an array member is
-        made, and kept in the DAG's tasks until its last try has ended (the master's
-        ``complete``)."""
-        task_id = self.engine.pop(cls)
+    def make(self, task_id: int) -> None:
+        """A task taken to run that is an array member not made yet is made, and kept in
+        the DAG's tasks until its last try has ended (the master's ``complete``)."""
         tasks = self.dag.tasks
         slot = tasks[task_id]
         if slot.__class__ is MemberSlot:
             tasks[task_id] = slot.made(task_id)
-        return task_id
 
     def place(self, left: float | None) -> Batches:
         """Place what fits (``left``: seconds of wall time left, None: no limit)."""
@@ -115,7 +113,9 @@ class Placer:
                     if found is None:
                         continue
                     worker, plan = found
-                task_id = self.take(cls)
+                task_id = engine.pop(cls)
+                if self.members:
+                    self.make(task_id)
                 placed = True
                 if not self.admit(task_id, left):
                     break
@@ -174,7 +174,9 @@ class Placer:
             tail = chains.open_tail(cls[0], cls[1], gpus)
             if tail < 0:
                 break
-            task_id = self.take(cls)
+            task_id = engine.pop(cls)
+            if self.members:
+                self.make(task_id)
             if not self.admit(task_id, left):
                 continue
             ids: tuple[str, ...] | None = None
