@@ -30,6 +30,7 @@ from typing import NamedTuple
 
 from pmc.dag.lines import all_fields, show
 from pmc.dag.model import (
+    DAG,
     JOIN_OPTIONS,
     DagError,
     Optioned,
@@ -339,6 +340,28 @@ def _each(path: str, lineno: int, line: str, parent: int | Array | _Each,
                                      f"{show(line)}")
     edges.add(range(a.first, a.first + a.n), range(b.first, b.first + b.n), lineno, a.n)
     return a.first > b.first
+
+
+def cycle_names(dag: DAG, cycle: list[int]) -> list[str]:
+    """A cycle's names, an array's members passed through its joins (an all-members
+    edge) shown as the array: ``EDGE a b`` and ``EDGE b a`` make ``a -> b``."""
+    tasks = dag.tasks
+    n = len(cycle)
+
+    def whole(k: int) -> str | None:
+        """The array whose join is at place ``k``, or which a member there joins."""
+        task = tasks[cycle[k % n]]
+        if isinstance(task, JoinSlot):
+            return task.array.name
+        owner = task.array
+        for near in (cycle[(k - 1) % n], cycle[(k + 1) % n]):
+            if owner is not None and tasks[near] in owner.joins:
+                return str(owner.name)
+        return None
+
+    names = [whole(k) or dag.name_of(cycle[k]) for k in range(n)]
+    kept = [name for k, name in enumerate(names) if name != names[k - 1]]
+    return kept or names[:1]
 
 
 def check_names(path: str, tasks: list[Optioned], index: dict[str, int],

@@ -162,7 +162,12 @@ def _check_acyclic(
         for p, c, line in zip(parents, children, edge_lines, strict=True)
         if p << 32 | c in keys
     )
-    names = [dag.name_of(i) for i in cycle]
+    if dag.arrays:
+        from pmc.dag.arrays import cycle_names
+
+        names = cycle_names(dag, cycle)
+    else:
+        names = [dag.name_of(i) for i in cycle]
     if len(names) > 12:
         shown = " -> ".join([*names[:10], "...", names[-1], names[0]])
         message = f"cycle of {len(names)} tasks: {shown}"

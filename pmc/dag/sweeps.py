@@ -170,15 +170,15 @@ def read_json(data: bytes) -> JsonValues:
             raise _json_error("a NUL character in a string", text, pos)
         spans.append(pos)
         spans.append(end)
-        pos = blanks(text, end)
-        after = text[pos : pos + 1]
-        pos = blanks(text, pos + 1)
+        at = blanks(text, end)
+        after = text[at : at + 1]
+        pos = blanks(text, at + 1)
         if after == "]":
             if pos < len(text):
                 raise _json_error("text after the list", text, pos)
             return JsonValues(text, spans)
         if after != ",":
-            raise _json_error("',' or ']' expected", text, pos - 1)
+            raise _json_error("',' or ']' expected", text, at)
 
 
 def _skip(text: str, pos: int) -> int:
