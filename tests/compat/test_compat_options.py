@@ -180,3 +180,25 @@ def test_max_wall_time_stop_merges_outputs(pair: Pair, mode: str) -> None:
     assert log_lines(ref, [r"\[fatal\] Caught signal 14"]), ref.stderr
     assert not log_lines(got, [r"\[\w+\] Caught signal \d+"]), got.stderr
     assert_abort_reported(ref, got)
+
+
+# The extensions of the DAG format for sweeps and declared files: the reference refuses
+# each as an unknown task option (which is why the docs name them pmc extensions); pmc
+# runs them.
+EXTENSIONS = {
+    "array": "TASK A --array 0-2 /bin/echo {}\n",
+    "each-line": "TASK A --each-line values.txt /bin/echo {}\n",
+    "from-json": "TASK A --from-json values.json /bin/echo {}\n",
+    "inputs": "TASK A --inputs values.txt /bin/echo a\n",
+    "outputs": "TASK A --outputs values.txt /bin/echo a\n",
+}
+
+
+@pytest.mark.parametrize("case", list(EXTENSIONS))
+def test_sweep_and_file_options_are_extensions(pair: Pair, mode: str, case: str) -> None:
+    files = {"values.txt": "x\ny\n", "values.json": '["x", "y"]'}
+    ref = pair.reference(EXTENSIONS[case], files=files)
+    got = pair.pmc(mode, EXTENSIONS[case], files=files)
+    assert ref.rc != 0, ref.describe()
+    assert re.search(rf"--{case}", ref.stderr + ref.stdout), ref.describe()
+    assert got.rc == 0, got.describe()
