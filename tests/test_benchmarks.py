@@ -104,6 +104,15 @@ def test_firsttask_smoke(tmp_path: Path) -> None:
     assert text.count("\n#@ ") + text.startswith("#@ ") == 300 == text.count("stamp.sh arg")
 
 
+def test_arrays_smoke(tmp_path: Path) -> None:
+    out = run("arrays.py", "--size", "300", "--rounds", "1", "--keep", str(tmp_path),
+              tmp_path=tmp_path)
+    assert "array pmc: first task median" in out and "plain pmc: first task median" in out
+    assert (tmp_path / "array-300.dag").read_text() == "TASK t --array 0-299 /bin/true\n"
+    plain = (tmp_path / "plain-300.dag").read_text().splitlines()
+    assert len(plain) == 300 and plain[299] == "TASK t299 /bin/true"
+
+
 def test_startup_smoke(tmp_path: Path) -> None:
     mpi = "dropin,mpi4py," if shutil.which("mpiexec") else ""
     out = run("startup.py", "--rounds", "1", "--modes", f"{mpi}local", "--trees",

@@ -164,3 +164,22 @@ def test_failed_members_in_the_report_and_the_snapshot(tmp_path: Path) -> None:
     assert re.search(r"^  a +10 +0 +0 +7 +3 +13$", report, re.M), report
     listed = re.search(r"^    failed: (.*)$", report, re.M)
     assert listed is not None and sorted(listed.group(1).split()) == ["a[1]", "a[5]", "a[9]"]
+
+
+def test_the_sweep_example(tmp_path: Path) -> None:
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    for name in ("sweep.dag", "sweep-labels.txt"):
+        (tmp_path / name).write_bytes((examples / name).read_bytes())
+    r = pmc(["run", "--workers", "2", "--log-format", "json", "--log-file", "ev.jsonl",
+             "sweep.dag"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    for t in (250, 300, 350, 400):
+        assert f"simulate T={t} K: energy {3 * t}" in r.stdout
+    assert 'label: quench, then "anneal"' in r.stdout
+    evs = events(tmp_path / "ev.jsonl")
+    ends = {e["task"]: e["timestamp"] for e in evs if e["event"] == "task.finished"}
+    starts = {e["task"]: e["timestamp"] for e in evs if e["event"] == "task.started"}
+    assert len(ends) == 12
+    assert starts["summary"] >= max(t for name, t in ends.items() if name != "summary")
+    for i in range(4):
+        assert starts[f"analyse[{i}]"] >= ends[f"simulate[{i}]"]
