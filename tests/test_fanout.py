@@ -56,3 +56,24 @@ def test_a_fanout_of_fanouts() -> None:
     fan = Fanout([Fanout([Calls("a", log)]), Calls("b", log)])
     fan.ready("t", 1)
     assert [who for who, _h, _a in log] == ["a", "b"]
+
+
+class Counts(Observer):
+    def __init__(self) -> None:
+        self.ready_at_once = 0
+
+    def ready_run(self, tasks: Any, seq: int, count: int) -> None:
+        self.ready_at_once += count
+
+
+def test_members_ready_together_reach_per_task_observers_one_by_one() -> None:
+    """An observer overriding ``ready`` only hears each member of a ready run (numbered
+    from the run's first number); one overriding ``ready_run`` hears the run at once."""
+    log: list[tuple[str, str, tuple[Any, ...]]] = []
+    counts = Counts()
+    fan = Fanout([Calls("a", log), counts, FlushOnly()])
+    fan.ready_run(["m0", "m1", "m2"], 7, 3)
+    assert log == [("a", "ready", ("m0", 7)), ("a", "ready", ("m1", 8)),
+                   ("a", "ready", ("m2", 9))]
+    assert counts.ready_at_once == 3
+    assert Fanout([FlushOnly()]).ready_run.__name__ == "_noop"

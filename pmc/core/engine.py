@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING
 
 from pmc.core.pathorder import PathOrder
 from pmc.dag import DAG
+from pmc.dag.model import JOIN_OPTIONS, TaskOptions, options_of, request_of
 
 if TYPE_CHECKING:
     from pmc.dag.arrays import Array
-from pmc.dag.model import JOIN_OPTIONS, TaskOptions, options_of, request_of
 
 _ID_MASK = 0xFFFFFFFF
 _NEXT_MEMBER = (1 << 32) + 1  # from one member's key to the next one's, alike
@@ -64,6 +64,20 @@ def _key(priority: int, task_id: int, index: int = 0) -> int:
     """A ready heap's key: priority (higher first), then an array member's index, then
     the id (DAG order)."""
     return (-priority << 64) | (index << 32) | task_id
+
+
+_WAITING_ONLY = bytes([1] + [0] * 255)  # a translate table: 1 where WAITING, else 0
+
+
+def _readied(state: bytearray, waiting_on: array[int]) -> bytes:
+    """``state`` with READY where a task is WAITING with no parent left: in C, as whole
+    numbers of the bytes (a million tasks in milliseconds, where a map over pairs of
+    bytes took a second)."""
+    n = len(state)
+    no_parent = int.from_bytes(bytes(map(not_, waiting_on)), "little")
+    waiting = int.from_bytes(state.translate(_WAITING_ONLY), "little")
+    ready = no_parent & waiting  # a byte of 1, READY, where both are
+    return (int.from_bytes(state, "little") | ready).to_bytes(n, "little")
 
 
 def _ids(dag: DAG) -> Iterable[int]:
@@ -135,8 +149,7 @@ class Engine:
                         waiting_on[child] -= 1
             if dag.arrays:
                 self._pass_joins()
-            # WAITING tasks with no parent left become READY; the others stay as they are.
-            state[:] = bytes(map(max, state, map(not_, waiting_on)))
+            state[:] = _readied(state, waiting_on)
             roots, runs = self._ready_at_start()
         else:
             # No rescue log: READY (1) exactly where no parent is, built in C, not a

@@ -63,8 +63,8 @@ class ArrayDef(NamedTuple):
 class Array:
     """A task array in a DAG: its name, its members' ids and values, its command."""
 
-    __slots__ = ("_template", "_wired", "command", "first", "joins", "line", "n", "name",
-                 "options", "pegasus", "slot", "sweep", "values")
+    __slots__ = ("_files", "_wired", "_words", "command", "first", "joins", "line", "n",
+                 "name", "options", "pegasus", "slot", "sweep", "values")
 
     def __init__(self, d: ArrayDef, first: int, pegasus: str | None) -> None:
         self.name = d.name
@@ -79,7 +79,15 @@ class Array:
         self.slot = MemberSlot(self)
         self.joins = (JoinSlot(self), JoinSlot(self))  # before and after the members
         self._wired = [False, False]  # the joins' edges to and from the members, made
-        self._template: list[tuple[bool, str]] | None = None
+        # The command's words, quoted, with a word to fill in for each argument holding
+        # {} or {#} (the executable is taken as written); None if none does.
+        words = split_command(d.command)
+        self._words: list[tuple[bool, str]] | None = [(False, _quoted(words[0]))] + [
+            (True, word) if _PLACEHOLDER.search(word) else (False, _quoted(word))
+            for word in words[1:]]
+        if not any(fill for fill, _word in self._words):
+            self._words = None
+        self._files = bool(d.options.inputs or d.options.outputs)
 
     @property
     def start(self) -> int:
@@ -95,43 +103,30 @@ class Array:
         return f"{self.name}[{index}]"
 
     def member(self, index: int) -> MemberTask:
-        """Member ``index``'s Task, made now."""
+        """Member ``index``'s Task, made now (once for each try it runs: kept short)."""
         value = self.values.value(index)
-        task = new_task(MemberTask)
-        task.id = self.first + index
-        task.name = f"{self.name}[{index}]"
-        task.command = self._command(index, value)
-        options = self.options
-        if options.inputs or options.outputs:
-            options = options._replace(inputs=_filled(options.inputs, index, value),
-                                       outputs=_filled(options.outputs, index, value))
-        task._options = options
-        if self.pegasus is not None:
-            task._pegasus = self.pegasus
-        task.line = self.line
-        task.array = self
-        task.env = ((_ENV_INDEX, str(index)), (_ENV_VALUE, value))
-        return task
-
-    def _command(self, index: int, value: str) -> str:
-        """The command with ``{}`` and ``{#}`` replaced in its arguments, each word quoted
-        as the worker's split (``split_command``) reads it back: a value is one word
-        whatever it holds."""
-        template = self._template
-        if template is None:
-            words = split_command(self.command)
-            template = self._template = [(False, _quoted(words[0]))] + [
-                (True, word) if _PLACEHOLDER.search(word) else (False, _quoted(word))
-                for word in words[1:]]
-        if not any(fill for fill, _word in template):
-            return self.command
         index_text = str(index)
-
-        def fill(m: re.Match[str]) -> str:
-            return value if m.group() == "{}" else index_text
-
-        return " ".join(_quoted(_PLACEHOLDER.sub(fill, word)) if filled else word
-                        for filled, word in template)
+        task = new_task(MemberTask)
+        task_id = self.first + index
+        task.id = task_id
+        task.name = f"{self.name}[{index_text}]"
+        words = self._words
+        task.command = self.command if words is None else " ".join(
+            _quoted(_fill(word, index_text, value)) if filled else word
+            for filled, word in words)
+        options = self.options
+        if self._files:
+            options = options._replace(inputs=_filled(options.inputs, index_text, value),
+                                       outputs=_filled(options.outputs, index_text, value))
+        task._options = options
+        if self.pegasus is None:
+            task._line_after_id = self.line - task_id  # see Task.line
+        else:
+            task._pegasus = self.pegasus
+            task._line_after_id = self.line - 2 * task_id
+        task.array = self
+        task.env = ((_ENV_INDEX, index_text), (_ENV_VALUE, value))
+        return task
 
     def wire(self, which: int, edges: Edges, lineno: int) -> int:
         """The id of join ``which`` (0: start, 1: end), its edges to or from every member
@@ -152,12 +147,16 @@ def _quoted(word: str) -> str:
     return "'" + word.replace("'", "'\"'\"'") + "'"
 
 
-def _filled(paths: tuple[str, ...] | None, index: int, value: str) -> tuple[str, ...] | None:
-    if paths is None:
-        return None
-    index_text = str(index)
-    return tuple(_PLACEHOLDER.sub(lambda m: value if m.group() == "{}" else index_text, p)
-                 for p in paths)
+def _fill(word: str, index: str, value: str) -> str:
+    """A word with ``{}`` replaced by ``value`` and ``{#}`` by ``index``, in one pass (a
+    value holding ``{#}`` stays as it is)."""
+    if word == "{}":
+        return value
+    return _PLACEHOLDER.sub(lambda m: value if m.group() == "{}" else index, word)
+
+
+def _filled(paths: tuple[str, ...] | None, index: str, value: str) -> tuple[str, ...] | None:
+    return None if paths is None else tuple(_fill(path, index, value) for path in paths)
 
 
 class MemberSlot(Optioned):
@@ -182,7 +181,7 @@ class MemberSlot(Optioned):
             return None, None
         index = task_id - self.array.first
         value = self.array.values.value(index)
-        return _filled(o.inputs, index, value), _filled(o.outputs, index, value)
+        return _filled(o.inputs, str(index), value), _filled(o.outputs, str(index), value)
 
 
 class MemberTask(Task):

@@ -87,7 +87,7 @@ class Placer:
         tasks = self.dag.tasks
         slot = tasks[task_id]
         if slot.__class__ is MemberSlot:
-            tasks[task_id] = slot.made(task_id)
+            tasks[task_id] = slot.array.member(task_id - slot.array.first)
 
     def place(self, left: float | None) -> Batches:
         """Place what fits (``left``: seconds of wall time left, None: no limit)."""
