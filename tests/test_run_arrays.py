@@ -183,3 +183,22 @@ def test_the_sweep_example(tmp_path: Path) -> None:
     assert starts["summary"] >= max(t for name, t in ends.items() if name != "summary")
     for i in range(4):
         assert starts[f"analyse[{i}]"] >= ends[f"simulate[{i}]"]
+
+
+def test_members_and_declared_outputs_in_every_mode(launch, tmp_path: Path) -> None:
+    """Embedded and under mpiexec (2 ranks: the host socket; 4: all through MPI) alike: a
+    member's environment and arguments reach it, a declared output is checked."""
+    dag = write_dag(tmp_path / "w.dag",
+                    f"TASK a --array 5-7 --outputs out{{#}}.txt {SHOW} {{}} {{#}}\n"
+                    "TASK w --array 0-2 --outputs w{#}.txt /bin/sh -c "
+                    "'test $1 = 1 || touch w$1.txt' sh {#}\n"
+                    "EDGE a[i] w[i]\n")
+    for i in range(3):
+        (tmp_path / f"out{i}.txt").touch()
+    r = launch(["--schedule", "critical-path", dag.name], tmp_path)
+    assert r.returncode == 1
+    assert shown(r.stdout) == {f"a[{i}]": [str(i), str(5 + i), str(5 + i), str(i)]
+                               for i in range(3)}
+    assert "Task w[1] failed: declared output w1.txt is missing" in r.stderr
+    assert sorted(rescue_done(tmp_path / "w.dag.rescue")) == ["a[0]", "a[1]", "a[2]", "w[0]",
+                                                              "w[2]"]

@@ -26,7 +26,7 @@ import os
 import re
 from array import array
 from itertools import repeat
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from pmc.dag.lines import all_fields, show
 from pmc.dag.model import (
@@ -208,11 +208,6 @@ class JoinSlot(Optioned):
         return self.array.name
 
 
-def is_member(task: object) -> bool:
-    """Whether a ``dag.tasks`` entry stands for array members (made or not)."""
-    return isinstance(task, (MemberSlot, MemberTask))
-
-
 def read_sweep_file(dag_path: str, name: str) -> bytes:
     """An --each-line or --from-json file's bytes, its path relative to the DAG's
     directory; OSError as it comes."""
@@ -246,10 +241,8 @@ def define(d: ArrayDef, path: str, line: str, tasks: list[Optioned], index: dict
                                      f"a pmc extension): {show(line)}")
     if d.name in index or d.name in arrays:
         first = index.get(d.name)
-        where = tasks[first].name_of(first) if first is not None else d.name
-        at = (tasks[first].line if first is not None  # type: ignore[attr-defined]
-              else arrays[d.name].line)
-        raise DagError(path, d.line, f"duplicate task id {where!r} (first defined at line "
+        at = arrays[d.name].line if first is None else cast(Task, tasks[first]).line
+        raise DagError(path, d.line, f"duplicate task id {d.name!r} (first defined at line "
                                      f"{at}): {show(line)}")
     start = len(tasks)
     n = len(d.values)
