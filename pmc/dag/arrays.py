@@ -36,6 +36,7 @@ from pmc.dag.model import (
     Optioned,
     Task,
     TaskOptions,
+    member_id,
     new_task,
 )
 from pmc.dag.sweeps import Values
@@ -254,20 +255,6 @@ def define(d: ArrayDef, path: str, line: str, tasks: list[Optioned], index: dict
     tasks.append(owner.joins[0])
     tasks.extend(repeat(owner.slot, n))
     tasks.append(owner.joins[1])
-
-
-def member_id(arrays: dict[str, Array], name: str) -> int | None:
-    """The id of member ``NAME[INDEX]`` (INDEX written as ``str`` writes it), or None."""
-    if not name.endswith("]"):
-        return None
-    cut = name.rfind("[")
-    owner = arrays.get(name[:cut])
-    digits = name[cut + 1 : -1]
-    if owner is None or not (digits.isdigit() and digits.isascii()) or (
-            digits[0] == "0" and len(digits) > 1):
-        return None
-    index = int(digits)
-    return owner.first + index if index < owner.n else None
 
 
 def edge(path: str, lineno: int, line: str, index: dict[str, int], arrays: dict[str, Array],

@@ -381,10 +381,23 @@ class DAG:
         """The id of a task or array member by name; None if the DAG has no such."""
         found = self.index.get(name)
         if found is None and self.arrays:
-            from pmc.dag.arrays import member_id
-
             return member_id(self.arrays, name)
         return found
+
+
+def member_id(arrays: dict[str, Array], name: str) -> int | None:
+    """The id of array member ``NAME[INDEX]`` (INDEX written as ``str`` writes it), or
+    None: by arithmetic, members being in no index."""
+    if not name.endswith("]"):
+        return None
+    cut = name.rfind("[")
+    owner = arrays.get(name[:cut])
+    digits = name[cut + 1 : -1]
+    if owner is None or not (digits.isdigit() and digits.isascii()) or (
+            digits[0] == "0" and len(digits) > 1):
+        return None
+    index = int(digits)
+    return owner.first + index if index < owner.n else None
 
 
 # Where the words of a command end: the blanks of C's isspace() in the C locale, as the
