@@ -270,13 +270,16 @@ def render(st: Status, tty: bool, width: int = 80) -> str:
     if st.failed_tasks:
         lines.append("failed tasks: " + " ".join(st.failed_tasks)
                      + (" ..." if st.failed > len(st.failed_tasks) else ""))
-    for a in st.arrays:
+    for a in st.arrays[:NAMES_KEPT]:
         line = (f"array {a['name']}: {a['done']}/{a['members']} done, {a['running']} "
                 f"running, {a['failed']} failed")
         if a["failed_members"]:
             line += ": " + " ".join(a["failed_members"]) + (
                 " ..." if a["failed"] > len(a["failed_members"]) else "")
         lines.append(line)
+    if len(st.arrays) > NAMES_KEPT:
+        lines.append(f"... and {len(st.arrays) - NAMES_KEPT} more arrays (--json lists "
+                     "every one)")
     return "\n".join(lines) + "\n"
 
 

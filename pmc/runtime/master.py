@@ -176,7 +176,7 @@ class Master(Stopping, Losses):
         if self.engine.nreused:
             log.info(f"Reused {self.engine.nreused} task(s): their declared outputs are up "
                      "to date")
-            self.out.reused(TaskView(self.dag, list(self.engine.ids_in(State.REUSED))))
+            self.out.reused(TaskView(self.dag, array("I", self.engine.ids_in(State.REUSED))))
         self.next_seq = self.placer.announce(self.engine.take_initial(), self.next_seq)
         self.next_seq = self.placer.announce_runs(self.engine.take_runs(), self.next_seq)
         for host in self.resources.hosts.values():
