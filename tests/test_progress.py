@@ -141,3 +141,14 @@ def test_help_says_it_is_a_pmc_extension(tmp_path: Path) -> None:
     r = pmc(["run", "--help"], tmp_path)
     assert "--progress-interval" in r.stdout
     assert "pmc extension" in " ".join(r.stdout.split())
+
+
+def test_recovered_and_reused_tasks_count_as_done() -> None:
+    from pmc.core.events import RunInfo
+    from pmc.outputs.progress import text
+    from pmc.outputs.tally import Tally
+
+    tally = Tally("w.dag")
+    tally.started(RunInfo(dag_path="w.dag", tasks=10, recovered=2, workers=1, slots=1,
+                          cpus=1, hosts=["h"], start=0.0, mode="local", reused=5))
+    assert text(tally, now=1.0) == "7/10 done, 0 running, 0 failed, 0.0 tasks/s, ETA --:--"

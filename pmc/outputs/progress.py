@@ -31,10 +31,11 @@ LIVE_EVERY = 0.5  # seconds between redraws of the live line
 
 def text(t: Tally, now: float | None = None) -> str:
     """``12/200 done, 4 running, 1 failed, 3.2 tasks/s, ETA 00:59``: done counts tasks
-    done in earlier runs too; the rate is of tries that ended in this run."""
+    done in earlier runs and reused (--reuse) too; the rate is of tries that ended in
+    this run."""
     info = t.info
     total = info.tasks if info is not None else 0
-    done = (info.recovered if info is not None else 0) + t.succeeded
+    done = (info.recovered + info.reused if info is not None else 0) + t.succeeded
     ended = t.succeeded + t.failed
     now = time.time() if now is None else now
     elapsed = now - t.start
