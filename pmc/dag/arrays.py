@@ -39,7 +39,7 @@ from pmc.dag.model import (
     member_id,
     new_task,
 )
-from pmc.dag.sweeps import Values
+from pmc.dag.sweeps import RangeValues, Values
 from pmc.dag.words import split_command
 
 EACH = "[i]"  # EDGE A[i] B[i]: member by member
@@ -64,8 +64,8 @@ class ArrayDef(NamedTuple):
 class Array:
     """A task array in a DAG: its name, its members' ids and values, its command."""
 
-    __slots__ = ("_files", "_wired", "_words", "command", "first", "joins", "line", "n",
-                 "name", "options", "pegasus", "slot", "sweep", "values")
+    __slots__ = ("_by_index", "_files", "_wired", "_words", "command", "first", "joins",
+                 "line", "n", "name", "options", "pegasus", "slot", "sweep", "values")
 
     def __init__(self, d: ArrayDef, first: int, pegasus: str | None) -> None:
         self.name = d.name
@@ -89,6 +89,9 @@ class Array:
         if not any(fill for fill, _word in self._words):
             self._words = None
         self._files = bool(d.options.inputs or d.options.outputs)
+        # --array 0-N: a member's value is its index's text (made once, not twice).
+        self._by_index = isinstance(d.values, RangeValues) and (
+            d.values.first, d.values.step) == (0, 1)
 
     @property
     def start(self) -> int:
@@ -105,8 +108,8 @@ class Array:
 
     def member(self, index: int) -> MemberTask:
         """Member ``index``'s Task, made now (once for each try it runs: kept short)."""
-        value = self.values.value(index)
         index_text = str(index)
+        value = index_text if self._by_index else self.values.value(index)
         task = new_task(MemberTask)
         task_id = self.first + index
         task.id = task_id

@@ -82,12 +82,11 @@ class Placer:
         return number
 
     def make(self, task_id: int) -> None:
-        """A task taken to run that is an array member not made yet is made, and kept in
-        the DAG's tasks until its last try has ended (the master's ``complete``)."""
+        """An array member taken to run is made, and kept in the DAG's tasks until its
+        last try has ended (the master's ``complete``)."""
         tasks = self.dag.tasks
-        slot = tasks[task_id]
-        if slot.__class__ is MemberSlot:
-            tasks[task_id] = slot.array.member(task_id - slot.array.first)
+        owner = tasks[task_id].array
+        tasks[task_id] = owner.member(task_id - owner.first)
 
     def place(self, left: float | None) -> Batches:
         """Place what fits (``left``: seconds of wall time left, None: no limit)."""
@@ -95,6 +94,7 @@ class Placer:
         res = self.resources
         chains = self.chains
         out = self.out
+        tasks = self.dag.tasks
         batches: Batches = {}
         scheduled = 0
         if self.debug and engine.nready and res.any_idle():
@@ -114,7 +114,7 @@ class Placer:
                         continue
                     worker, plan = found
                 task_id = engine.pop(cls)
-                if self.members:
+                if self.members and tasks[task_id].__class__ is MemberSlot:
                     self.make(task_id)
                 placed = True
                 if not self.admit(task_id, left):
@@ -160,6 +160,7 @@ class Placer:
         resources); which chain takes each is the chains' choice (shallowest first)."""
         engine = self.engine
         chains = self.chains
+        tasks = self.dag.tasks
         while engine.nready:
             # Only the task that would be chosen next anyway: prefetching must not
             # reorder priorities, nor starve a bigger task waiting for resources.
@@ -175,7 +176,7 @@ class Placer:
             if tail < 0:
                 break
             task_id = engine.pop(cls)
-            if self.members:
+            if self.members and tasks[task_id].__class__ is MemberSlot:
                 self.make(task_id)
             if not self.admit(task_id, left):
                 continue
