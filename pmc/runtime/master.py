@@ -18,14 +18,12 @@ from pmc import log
 from pmc.core import protocol
 from pmc.core.chains import Chains, depth_for
 from pmc.core.engine import Engine, Outcome, State
-from pmc.core.events import ArrayInfo, Observer, RunInfo, Summary
+from pmc.core.events import Observer, RunInfo, Summary
 from pmc.core.protocol import TaskResult
 from pmc.core.rescue import RescueError, RescueLog
 from pmc.core.resources import Resources
 from pmc.dag import DAG
 from pmc.dag.model import options_of
-from pmc.dag.arrays import MemberTask
-from pmc.dag.model import TaskView
 from pmc.errors import FatalError
 from pmc.options import RunOptions
 from pmc.runtime import ordering, startup
@@ -50,14 +48,14 @@ class Master(Stopping, Losses):
         self.opts = opts
         self.dag = dag
         self.done_at_start = done
-        self.reused = reused or set()  # not run: declared outputs up to date (--reuse)
-        self.members = bool(dag.arrays)  # task arrays: members made and let go
+        # Task arrays: a member is made to be told of when ready, let go after its last try.
+        self.members = bool(dag.arrays)
         self.out = out  # every observer, through one (a Fanout)
         self.mode = mode
         self.resources = Resources()
         order = ordering.path_order(dag, opts.schedule)
         self.engine = Engine(dag, tries=opts.tries, max_failures=opts.max_failures, done=done,
-                             order=order, reused=self.reused)
+                             order=order, reused=reused or ())
         self.reorder = ordering.Reorder(self.engine) if order is not None else None
         self.seq = array("i", bytes(4 * len(dag)))  # jobstate sequence number, 0 = none yet
         self.next_seq = 1
@@ -144,7 +142,7 @@ class Master(Stopping, Losses):
         self.gather_workers()
         startup.check_capable(self.dag, self.engine.state, self.resources)
         self.rescue = RescueLog(self.opts.rescue_path, self.dag, self.done_at_start,
-                                self.reused)
+                                self.engine.ids_in(State.REUSED))
         startup.start_hosts(self.t, self.resources, bool(self.opts.host_script),
                             self.remaining(), self.worker_lost, self.stopping)
         o, res = self.opts, self.resources
@@ -155,16 +153,8 @@ class Master(Stopping, Losses):
             max_wall_time=None if o.max_wall_time is None else o.max_wall_time * 60.0,
             accounting=",".join(sorted(self.accounting)),
             memory_limits=",".join(sorted(self.memory_limits)) if o.strict_limits else "",
-            reused=self.engine.nreused, arrays=self.array_info(),
+            reused=self.engine.nreused, arrays=startup.array_info(self.dag, self.engine.state),
         )
-
-    def array_info(self) -> tuple[ArrayInfo, ...]:
-        """The task arrays, with their members done and reused at the start."""
-        state = self.engine.state
-        done, reused = bytes((State.DONE,)), bytes((State.REUSED,))
-        return tuple(ArrayInfo(a.name, a.n, state.count(done, a.first, a.end),
-                               state.count(reused, a.first, a.end))
-                     for a in self.dag.arrays.values())
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -173,12 +163,7 @@ class Master(Stopping, Losses):
         log.info("Starting workflow")
         if self.engine.recovered:
             log.info(f"Recovered {self.engine.recovered} finished task(s) from the rescue log")
-        if self.engine.nreused:
-            log.info(f"Reused {self.engine.nreused} task(s): their declared outputs are up "
-                     "to date")
-            self.out.reused(TaskView(self.dag, array("I", self.engine.ids_in(State.REUSED))))
-        self.next_seq = self.placer.announce(self.engine.take_initial(), self.next_seq)
-        self.next_seq = self.placer.announce_runs(self.engine.take_runs(), self.next_seq)
+        self.next_seq = self.placer.announce_start(self.next_seq)
         for host in self.resources.hosts.values():
             self.out.host_changed(host)
         self.out.flush()
@@ -290,9 +275,7 @@ class Master(Stopping, Losses):
         # as the reference numbers its submissions.
         self.seq[task_id] = self.next_seq
         self.next_seq += 1
-        task = self.dag.made[task_id]
-        if self.members:  # an array member not made yet is made to be told of (not kept)
-            task = self.dag.task(task_id)
+        task = self.dag.task(task_id) if self.members else self.dag.made[task_id]
         if self.debug:
             log.debug(f"Queueing task {task.name}")
         self.out.ready(task, self.seq[task_id])
@@ -443,16 +426,15 @@ class Master(Stopping, Losses):
             if not ok:
                 self.counts.tries_failed += 1
             self.out.result(task, self.seq[res.id], res, outcome.value)
-            if self.members and outcome is not Outcome.RETRY and isinstance(task, MemberTask):
-                self.dag.tasks[res.id] = task.array.slot  # its last try: let go
+            if self.members and outcome is not Outcome.RETRY:
+                self.placer.let_go(res.id)  # an array member's last try
             if outcome is Outcome.SUCCEEDED:
                 if self.debug:
                     log.debug(f"Task {task.name} finished with exitcode 0")
                 for child in newly:
                     self.mark_ready(child)
                 if self.engine.new_runs:  # array members ready together
-                    self.next_seq = self.placer.announce_runs(self.engine.take_runs(),
-                                                              self.next_seq)
+                    self.next_seq = self.placer.announce_runs(self.next_seq)
             else:
                 if io_failed:
                     # The master's own failure to write the task's forwarded data.

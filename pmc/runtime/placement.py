@@ -12,12 +12,12 @@ from array import array
 
 from pmc import log
 from pmc.core.chains import Chains
-from pmc.core.engine import Engine
+from pmc.core.engine import Engine, State
 from pmc.core.events import Observer
 from pmc.core.protocol import TaskSpec
 from pmc.core.resources import Grant, Resources, Worker
 from pmc.dag import DAG
-from pmc.dag.arrays import MemberSlot
+from pmc.dag.arrays import MemberSlot, MemberTask
 from pmc.dag.model import TaskView, options_of, request_of
 from pmc.runtime.summary import Counts
 
@@ -66,12 +66,22 @@ class Placer:
             number += 1
         return number
 
-    def announce_runs(self, runs: list[tuple[int, int]], number: int) -> int:
-        """Tell the observers of runs of array members ready together (each member
-        made only for the observers that want it): numbered from ``number``; returns
-        the next number."""
+    def announce_start(self, number: int) -> int:
+        """At the start of the loop: the tasks reused (--reuse) and those ready, told to
+        the observers, numbered from ``number``; returns the next number."""
+        engine = self.engine
+        if engine.nreused:
+            log.info(f"Reused {engine.nreused} task(s): their declared outputs are up to "
+                     "date")
+            self.out.reused(TaskView(self.dag, array("I", engine.ids_in(State.REUSED))))
+        return self.announce_runs(self.announce(engine.take_initial(), number))
+
+    def announce_runs(self, number: int) -> int:
+        """Tell the observers of the runs of array members the engine made ready together
+        (each member made only for the observers that want it), numbered from
+        ``number``; returns the next number."""
         seq = self.seq
-        for first, end in runs:
+        for first, end in self.engine.take_runs():
             seq[first:end] = array("i", range(number, number + end - first))
             view = TaskView(self.dag, range(first, end))
             if self.debug:
@@ -80,6 +90,13 @@ class Placer:
             self.out.ready_run(view, number, end - first)
             number += end - first
         return number
+
+    def let_go(self, task_id: int) -> None:
+        """A task's last try has ended: an array member's Task is let go, its
+        placeholder back in the DAG's tasks."""
+        task = self.dag.tasks[task_id]
+        if isinstance(task, MemberTask):
+            self.dag.tasks[task_id] = task.array.slot
 
     def make(self, task_id: int) -> None:
         """An array member taken to run is made, and kept in the DAG's tasks until its

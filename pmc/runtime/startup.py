@@ -15,6 +15,7 @@ from itertools import compress
 from pmc import log
 from pmc.core import protocol
 from pmc.core.engine import State
+from pmc.core.events import ArrayInfo
 from pmc.core.protocol import WorkerConfig
 from pmc.core.resources import Resources
 from pmc.dag import DAG
@@ -127,6 +128,14 @@ def check_capable(dag: DAG, state: bytearray, resources: Resources) -> None:
             if state[task_id] != done and options_of(task) in bad:
                 raise FatalError("FATAL ERROR: No host is capable of running task "
                                  f"{dag.name_of(task_id)}")
+
+
+def array_info(dag: DAG, state: bytearray) -> tuple[ArrayInfo, ...]:
+    """The task arrays (pmc extension), with their members done and reused at the start."""
+    done, reused = bytes((State.DONE,)), bytes((State.REUSED,))
+    return tuple(ArrayInfo(a.name, a.n, state.count(done, a.first, a.end),
+                           state.count(reused, a.first, a.end))
+                 for a in dag.arrays.values())
 
 
 def check_launcher(template: str | None) -> None:
