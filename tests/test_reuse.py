@@ -126,9 +126,12 @@ def test_a_second_run_reuses_everything(three: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert ran == ["a1", "a2", "b1", "b2", "c"]
     assert (three / "c.out").read_text() == "ONE\nTWO\n"
-    r, ran, evs = run(three, "--reuse")
+    r, ran, evs = run(three, "--reuse", "--metrics-textfile", "m.prom")
     assert r.returncode == 0, r.stderr
     assert ran == []
+    prom = (three / "m.prom").read_text()
+    assert re.search(r'^pmc_tasks_total\{[^}]*outcome="reused"[^}]*\} 5\.0$', prom, re.M)
+    assert re.search(r'^pmc_tasks_total\{[^}]*outcome="succeeded"[^}]*\} 0\.0$', prom, re.M)
     assert "Reused 5 task(s): their declared outputs are up to date" in [e["event"] for e in evs]
     assert 'tasks=5, submitted=0, succeeded=0, failed=0' in r.stdout
     reused = {e["task"]: e["outputs"] for e in evs if e["event"] == "task.reused"}

@@ -93,9 +93,6 @@ def _workflow(t: Tally) -> Iterator[Metric]:
     yield GaugeMetricFamily("pmc_workflow_recovered_tasks",
                             "Tasks already done according to the rescue log",
                             value=info.recovered if info else 0)
-    yield GaugeMetricFamily("pmc_workflow_reused_tasks",
-                            "Tasks not run because their declared outputs are up to date "
-                            "(--reuse, pmc extension)", value=t.reused_n)
     if t.summary is not None:
         code = {"succeeded": 0, "failed": 1, "incomplete": 3}.get(t.summary.outcome, 1)
         yield GaugeMetricFamily("pmc_workflow_exit_code",
@@ -106,9 +103,11 @@ def _workflow(t: Tally) -> Iterator[Metric]:
 def _tasks(t: Tally) -> Iterator[Metric]:
     """Tasks and their tries: counts by outcome, where they are, how long and how big."""
     tasks = CounterMetricFamily("pmc_tasks", "Tasks that reached their final outcome in "
-                                "this run: succeeded, or failed for good", labels=["outcome"])
+                                "this run: succeeded, failed for good, or reused (not run: "
+                                "declared outputs up to date, --reuse)", labels=["outcome"])
     tasks.add_metric(["succeeded"], t.succeeded)
     tasks.add_metric(["failed"], t.failed)
+    tasks.add_metric(["reused"], t.reused_n)
     yield tasks
     tries = CounterMetricFamily("pmc_task_tries", "Task tries that ended, by outcome "
                                 "(succeeded, failed, retry: failed and tried again, "
