@@ -3,30 +3,16 @@ submit, status and cancel for Slurm, PBS/Torque, LoadLeveler and local runs."""
 
 from __future__ import annotations
 
+from . import schedulers
 from .base import AdapterError, CommandError, JobState, JobStatus, Scheduler, render_script
 from .site import Site
 
 
 def scheduler_for(name: str) -> Scheduler:
     """The adapter for a scheduler name from a site profile."""
-    # Imported here so that loading one adapter does not import the others.
-    if name == "slurm":
-        from .slurm import Slurm
-
-        return Slurm()
-    if name == "pbs":
-        from .pbs import Pbs
-
-        return Pbs()
-    if name == "loadleveler":
-        from .loadleveler import LoadLeveler
-
-        return LoadLeveler()
-    if name == "local":
-        from .local import Local
-
-        return Local()
-    raise AdapterError(f"unknown scheduler {name!r}; allowed: slurm, pbs, loadleveler, local")
+    if name not in schedulers.BY_NAME:
+        raise AdapterError(f"unknown scheduler {name!r}; allowed: {', '.join(schedulers.NAMES)}")
+    return schedulers.load(name)
 
 
 def script_for(site: Site, dag: str, *, script_path: str | None = None, max_jobs: int = 1,

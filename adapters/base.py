@@ -22,12 +22,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pmc import options
+from pmc.errors import ExitCode
 from pmc.files import atomic_write
 
 from .chainscript import CHAIN_MARK, chain_end, chain_start
 from .launchers import launch_argv
 from .site import Site
 from .units import hms
+
+# The codes ``pmc status`` answers from a workflow's record, which the job script takes
+# over the launcher's own when a rank was lost.
+_RECORDED = "|".join(str(int(c)) for c in (ExitCode.OK, ExitCode.FAILED, ExitCode.INCOMPLETE))
 
 
 class AdapterError(Exception):
@@ -364,12 +369,13 @@ def render_script(
         'echo "pmc: run exited with status $rc (job ${PMC_JOB_ID:-?}, chain link'
         ' $PMC_CHAIN_INDEX)" >&2',
         "# The launcher's status is not the workflow's when a rank was lost (it reports",
-        "# the lost rank's death): take pmc's own record (0 ok, 1 failed, 3 incomplete).",
-        'if [ "$rc" -ne 0 ] && [ "$rc" -ne 2 ]; then',
+        f"# the lost rank's death): take pmc's own record ({int(ExitCode.OK)} ok,"
+        f" {int(ExitCode.FAILED)} failed, {int(ExitCode.INCOMPLETE)} incomplete).",
+        f'if [ "$rc" -ne {int(ExitCode.OK)} ] && [ "$rc" -ne {int(ExitCode.USAGE)} ]; then',
         f"    {shlex.join(status_argv(site, dag))} >/dev/null 2>&1",
         "    pmc_recorded=$?",
         '    case $pmc_recorded in',
-        '        0|1|3) [ "$pmc_recorded" -ne "$rc" ] && echo "pmc: the workflow\'s record'
+        f'        {_RECORDED}) [ "$pmc_recorded" -ne "$rc" ] && echo "pmc: the workflow\'s record'
         ' says status $pmc_recorded; the script exits with it" >&2; rc=$pmc_recorded ;;',
         "    esac",
         "fi",

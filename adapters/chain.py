@@ -51,7 +51,6 @@ class Link:
     job_id: str
     scheduler: str | None = None
     host: str | None = None
-    submitted: str | None = None
     started: str | None = None
     ended: str | None = None
     status: str | None = None  # pmc run's exit status
@@ -122,9 +121,7 @@ def read_chains(path: Path) -> dict[str, Chain]:
         link = chain.links.setdefault(index, Link(index, job))
         link.job_id = job
         event = f.get("event")
-        if event == "submitted":
-            link.submitted = stamp
-        elif event == "started":
+        if event == "started":
             link.started = stamp
             link.scheduler = f.get("scheduler", link.scheduler)
             link.host = f.get("host", link.host)

@@ -118,7 +118,7 @@ def _queue_ahead(max_jobs: int) -> list[str]:
         ' nothing to do" >&2',
         '        pmc_chain_note link="$PMC_CHAIN_INDEX" job="$PMC_JOB_ID" event=ended'
         " status=- outcome=skipped next=-",
-        "        exit 0",
+        f"        exit {int(ExitCode.OK)}",
         "    fi",
         "fi",
         "# The next link waits in the queue while this one runs.",
@@ -135,6 +135,11 @@ def _queue_ahead(max_jobs: int) -> list[str]:
     ]
 
 
+# A link's outcome in the chain file, by pmc run's exit code.
+_OUTCOMES = ((ExitCode.OK, "succeeded"), (ExitCode.FAILED, "failed"),
+             (ExitCode.USAGE, "usage-error"), (ExitCode.INCOMPLETE, "incomplete"))
+
+
 def chain_end(max_jobs: int, cancel: list[str] | None) -> list[str]:
     """Lines after ``pmc run`` (its status, the workflow's, in ``$rc``): hand over to
     the queued successor, or submit one (incomplete), or cancel the queued one (the
@@ -143,10 +148,7 @@ def chain_end(max_jobs: int, cancel: list[str] | None) -> list[str]:
     lines = [
         'pmc_outcome=""',
         "case $rc in",
-        "    0) pmc_outcome=succeeded ;;",
-        "    1) pmc_outcome=failed ;;",
-        "    2) pmc_outcome=usage-error ;;",
-        "    3) pmc_outcome=incomplete ;;",
+        *[f"    {int(code)}) pmc_outcome={outcome} ;;" for code, outcome in _OUTCOMES],
         "    *) pmc_outcome=ended ;;",
         "esac",
         "pmc_status=$rc",

@@ -20,7 +20,7 @@ from pathlib import Path
 from pmc.errors import ExitCode
 
 from . import chain as chains
-from . import scheduler_for
+from . import scheduler_for, schedulers
 from .base import (
     AdapterError,
     JobStatus,
@@ -211,8 +211,8 @@ def _scheduler_of(args: argparse.Namespace) -> Scheduler:
         return scheduler_for(load_site(default[0]).scheduler)
     found = [
         name
-        for name, tool in (("slurm", "sbatch"), ("pbs", "qsub"), ("loadleveler", "llsubmit"))
-        if shutil.which(tool)
+        for name, tool in ((e.name, e.submit_tool) for e in schedulers.ENTRIES)
+        if tool is not None and shutil.which(tool)
     ]
     if len(found) != 1:
         seen = ", ".join(found) if found else "none"
@@ -317,7 +317,7 @@ def _script_options(p: argparse.ArgumentParser) -> None:
 
 def _job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--site", metavar="SITE.yaml", help="take the scheduler from this profile")
-    p.add_argument("--scheduler", choices=["slurm", "pbs", "loadleveler", "local"])
+    p.add_argument("--scheduler", choices=list(schedulers.NAMES))
 
 
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

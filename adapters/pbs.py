@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 import shlex
 
+from pmc.errors import ExitCode
+
 from .base import AdapterError, JobState, JobStatus, Scheduler, run_command
 from .site import Site
 from .units import hms
@@ -142,7 +144,7 @@ class Pbs(Scheduler):
 
     def prologue(self, site: Site) -> list[str]:
         # PBS starts the script in $HOME; relative paths are meant from the submit dir.
-        return ['cd "${PBS_O_WORKDIR:-.}" || exit 1']
+        return [f'cd "${{PBS_O_WORKDIR:-.}}" || exit {int(ExitCode.FAILED)}']
 
     def submit_argv(self, script: str) -> list[str]:
         return ["qsub", script]

@@ -21,6 +21,7 @@ from typing import Any
 
 from pmc.sitepath import default_site_path
 
+from . import schedulers
 from .messages import SiteError, Where, path, show
 from .units import hms, parse_duration, parse_memory_mb
 from .validate import check_keys, schema_at, validate
@@ -32,9 +33,9 @@ __all__ = [
     "parse_duration", "parse_memory_mb", "parse_set", "parse_site",
 ]
 
-SCHEDULERS = ("slurm", "pbs", "loadleveler", "local")
+SCHEDULERS = schedulers.NAMES
 LAUNCHERS = ("srun", "mpiexec", "aprun", "poe")
-DEFAULT_LAUNCHER = {"slurm": "srun", "pbs": "mpiexec", "loadleveler": "poe", "local": "mpiexec"}
+DEFAULT_LAUNCHER = {e.name: e.launcher for e in schedulers.ENTRIES}
 
 
 @dataclass(frozen=True)
@@ -207,20 +208,13 @@ def _duration(d: dict[str, Any], key: str, at: Where) -> int | None:
 
 def _check_launcher(d: dict[str, Any], scheduler: str, launcher: str, at: Where) -> None:
     """The launcher runs under the scheduler, and ``mpi`` is one it has flags for."""
-    if scheduler == "loadleveler" and launcher != "poe":
+    runs = schedulers.BY_NAME[scheduler].launchers
+    if launcher not in runs:
+        owners = [e.name for e in schedulers.ENTRIES if launcher in e.launchers]
+        why = (f"allowed: {', '.join(runs)}" if len(runs) == 1 or not owners
+               else f"{launcher} runs only under {' or '.join(owners)}")
         raise SiteError(
-            f"{at(['launcher'])}: bad value {launcher!r} for scheduler loadleveler; allowed: poe"
-        )
-    if launcher == "poe" and scheduler != "loadleveler":
-        raise SiteError(
-            f"{at(['launcher'])}: bad value 'poe' for scheduler {scheduler}; "
-            "poe runs only under loadleveler"
-        )
-    if launcher == "srun" and scheduler != "slurm":
-        raise SiteError(
-            f"{at(['launcher'])}: bad value 'srun' for scheduler {scheduler}; "
-            "srun runs only under slurm"
-        )
+            f"{at(['launcher'])}: bad value {launcher!r} for scheduler {scheduler}; {why}")
     if "mpi" in d and launcher not in ("mpiexec", "srun"):
         raise SiteError(f"{at(['mpi'])}: only meaningful for the launchers mpiexec and srun, "
                         f"not {launcher}, which starts the ranks of its own MPI")

@@ -22,6 +22,7 @@ import jsonschema
 
 from pmc import options
 
+from . import schedulers
 from .messages import SiteError, Where, path, show
 
 
@@ -30,6 +31,7 @@ def schema() -> dict[str, Any]:
     """The profile schema, run options merged in (shared: not to be changed)."""
     text = resources.files("pmc.adapters.schemas").joinpath("site.schema.json").read_text("utf-8")
     loaded: dict[str, Any] = json.loads(text)
+    loaded["properties"]["scheduler"]["enum"] = list(schedulers.NAMES)
     for section, props in options.profile_schema().items():
         node = loaded["properties"][section].setdefault("properties", {})
         clash = set(node) & set(props)

@@ -22,10 +22,21 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, MutableMapping
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from pmc import log
-from pmc.options import RunOptions
+
+
+class LogOptions(Protocol):
+    """The three run options this module reads (``RunOptions`` has them): the base
+    layer names what it needs rather than importing the option table above it."""
+
+    @property
+    def log_format(self) -> str: ...
+    @property
+    def log_file(self) -> str | None: ...
+    @property
+    def log_level(self) -> int: ...
 
 # pmc.log level -> structlog method (the "level" value written is pmc.log's name)
 _METHODS = ("critical", "error", "warning", "info", "debug", "debug")
@@ -238,7 +249,7 @@ def _flush_held() -> None:
 _output: LogOutput | None = None
 
 
-def setup_logging(opts: RunOptions) -> LogOutput:
+def setup_logging(opts: LogOptions) -> LogOutput:
     """Configure pmc.log from ``--log-format``, ``--log-file`` and -v/-q (CLI entry only)."""
     global _output
     out = LogOutput(opts.log_format, opts.log_file, opts.log_level)
@@ -262,7 +273,7 @@ def open_log_file() -> None:
         raise
 
 
-def log_output(opts: RunOptions) -> LogOutput:
+def log_output(opts: LogOptions) -> LogOutput:
     """The output set up by ``setup_logging``, or one made from ``opts`` (library use)."""
     if _output is not None:
         return _output

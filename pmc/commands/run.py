@@ -50,7 +50,7 @@ def launched_by_mpi(env: Mapping[str, str]) -> bool:
         "batch", "extern", "4294967294", "4294967295")
 
 
-def run(opts: RunOptions, observers: list[Observer] | None = None) -> int:
+def run(opts: RunOptions) -> int:
     mode = opts.mode
     if mode == "auto":
         mode = "mpi" if launched_by_mpi(os.environ) else "local"
@@ -59,14 +59,14 @@ def run(opts: RunOptions, observers: list[Observer] | None = None) -> int:
     previous = batchsignals.catch()
     try:
         if mode == "mpi":
-            return _run_mpi(opts, observers or [])
-        return _run_local(opts, observers or [])
+            return _run_mpi(opts)
+        return _run_local(opts)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
 
-def _run_mpi(opts: RunOptions, observers: list[Observer]) -> int:
+def _run_mpi(opts: RunOptions) -> int:
     from pmc.runtime import rankshim
 
     # Before MPI starts: a worker rank's death by a signal becomes an exit, which Hydra
@@ -88,7 +88,7 @@ def _run_mpi(opts: RunOptions, observers: list[Observer]) -> int:
     workers = Workers(lambda: transport)
     workers.started()
     try:
-        code = _run_master(opts, observers, workers, "mpi")
+        code = _run_master(opts, workers, "mpi")
     finally:
         workers.release()
     return _leave_mpi(code)
@@ -105,7 +105,7 @@ def _leave_mpi(code: int) -> int:
     return code
 
 
-def _run_local(opts: RunOptions, observers: list[Observer]) -> int:
+def _run_local(opts: RunOptions) -> int:
     from pmc.dag.edgehelper import MIN_BYTES
     from pmc.transport.local import LocalMaster, forks
 
@@ -119,7 +119,7 @@ def _run_local(opts: RunOptions, observers: list[Observer]) -> int:
         # keeps the other core busy, and then they start once it is read.
         if forks() or _size(opts.dag) < MIN_BYTES:
             workers.started()
-        return _run_master(opts, observers, workers, "local")
+        return _run_master(opts, workers, "local")
     except FatalError as e:
         log.fatal(str(e))
         return ExitCode.FAILED
@@ -134,8 +134,7 @@ def _size(path: str) -> int:
         return 0  # the reader says why it cannot read it
 
 
-def _run_master(opts: RunOptions, observers: list[Observer], workers: Workers,
-                mode: str) -> int:
+def _run_master(opts: RunOptions, workers: Workers, mode: str) -> int:
     # The collector stays off from the parse until settle_heap: the young collections
     # that the master's start-up allocations would set off walk every object of the DAG
     # (a million tasks: 0.14 s each, before the first task).
@@ -143,14 +142,13 @@ def _run_master(opts: RunOptions, observers: list[Observer], workers: Workers,
     thresholds = gc.get_threshold()
     gc.disable()
     try:
-        return _read_and_run(opts, observers, workers, mode)
+        return _read_and_run(opts, workers, mode)
     finally:
         gc.set_threshold(*thresholds)  # settle_heap's, for the loop only
         (gc.enable if collecting else gc.disable)()
 
 
-def _read_and_run(opts: RunOptions, observers: list[Observer], workers: Workers,
-                  mode: str) -> int:
+def _read_and_run(opts: RunOptions, workers: Workers, mode: str) -> int:
     from pmc.core.events import Fanout
     from pmc.core.rescue import RescueError, read_records
     from pmc.dag import DagError, parse_dag
@@ -211,7 +209,7 @@ def _read_and_run(opts: RunOptions, observers: list[Observer], workers: Workers,
         except FatalError as e:
             log.fatal(str(e))
             return ExitCode.FAILED
-        out = Fanout([*observers, *outputs.observers])
+        out = Fanout(outputs.observers)
         return _run_with_transport(opts, dag, done, out, outputs.progress, workers.take(),
                                    mode, sink, reused)
     finally:

@@ -192,71 +192,14 @@ class Fanout(Observer):
     Several hooks run per task on the master's loop, and most observers leave most hooks
     as the base class's no-op: each hook is bound once, here, to what it must call. A hook
     nobody overrides is the no-op itself, a hook one observer overrides is that observer's
-    method; only a hook several override loops over them. The methods below say what a
-    hook does for readers and type checkers; the bindings replace them on the instance.
+    method; only a hook several override loops over them. The hooks' signatures are
+    Observer's; the bindings are set on the instance.
     """
 
     def __init__(self, observers: Sequence[Observer] = ()) -> None:
         self.observers = tuple(observers)
         for hook in HOOKS:
             setattr(self, hook, _bind(self.observers, hook))
-
-    def _each(self, hook: str, *args: Any) -> None:
-        for obs in self.observers:
-            getattr(obs, hook)(*args)
-
-    def started(self, info: RunInfo) -> None:
-        self._each("started", info)
-
-    def ready(self, task: Task, seq: int) -> None:
-        self._each("ready", task, seq)
-
-    def ready_run(self, tasks: Iterable[Task], seq: int, count: int) -> None:
-        self._each("ready_run", tasks, seq, count)
-
-    def reused(self, tasks: Iterable[Task]) -> None:
-        self._each("reused", tasks)
-
-    def dispatched(self, task: Task, seq: int, attempt: int, rank: int, host: str) -> None:
-        self._each("dispatched", task, seq, attempt, rank, host)
-
-    def task_started(self, task: Task, seq: int, attempt: int, rank: int, host: str,
-                     start: float) -> None:
-        self._each("task_started", task, seq, attempt, rank, host, start)
-
-    def ended(self, task: Task, seq: int, res: TaskResult, error: str | None) -> None:
-        self._each("ended", task, seq, res, error)
-
-    def result(self, task: Task, seq: int, res: TaskResult, outcome: str) -> None:
-        self._each("result", task, seq, res, outcome)
-
-    def queue_changed(self, queued: int) -> None:
-        self._each("queue_changed", queued)
-
-    def held(self, task: Task, reason: str) -> None:
-        self._each("held", task, reason)
-
-    def host_changed(self, host: Host) -> None:
-        self._each("host_changed", host)
-
-    def worker_lost(self, rank: int, host: str, slots: int, reason: str,
-                    rerun: int) -> None:
-        self._each("worker_lost", rank, host, slots, reason, rerun)
-
-    def worker_joined(self, rank: int, host: str, slots: int, replaces: int) -> None:
-        self._each("worker_joined", rank, host, slots, replaces)
-
-    def host_quarantined(self, host: str, reason: str, slots: int) -> None:
-        self._each("host_quarantined", host, reason, slots)
-
-    def flush(self) -> None:
-        self._each("flush")
-
-    def finished(self, summary: Summary) -> None:
-        self._each("finished", summary)
-
-    def close(self) -> None:
-        self._each("close")
 
 
 def _noop(*args: Any) -> None:
@@ -273,7 +216,9 @@ def _bind(observers: Sequence[Observer], hook: str) -> Callable[..., None]:
     calls = _CALLS.get(hook)
     methods = [getattr(obs, hook) for obs in observers
                if getattr(type(obs), hook) is not base
-               or (calls and getattr(type(obs), calls) is not getattr(Observer, calls))]
+               or (calls and getattr(type(obs), calls) is not getattr(Observer, calls))
+               # a Fanout within: its bindings are on the instance
+               or getattr(obs, "__dict__", {}).get(hook, _noop) is not _noop]
     if not methods:
         return _noop
     if len(methods) == 1:

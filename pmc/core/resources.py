@@ -64,9 +64,6 @@ class Host:
         self.free_gpus: list[str] = []  # in the host's order
         self.gpu_numa: dict[str, int] = {}  # GPU id -> its NUMA node, where sysfs says
 
-    def fits(self, cpus: int, memory: int) -> bool:
-        return self.free_cpus >= cpus and self.free_memory >= memory
-
     def can_ever_run(self, cpus: int, memory: int, gpus: int = 0) -> bool:
         return self.cpus >= cpus and self.memory >= memory and len(self.gpus) >= gpus
 
@@ -244,10 +241,6 @@ class Resources:
 
     def any_idle(self) -> bool:
         return self.nfree_hosts > 0
-
-    @property
-    def total_gpus(self) -> int:
-        return sum(len(h.gpus) for h in self.hosts.values())
 
     def can_ever_run(self, cpus: int, memory: int, gpus: int = 0, ranks: int = 1,
                      per_host: int = 0) -> bool:

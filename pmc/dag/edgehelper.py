@@ -32,6 +32,7 @@ from typing import IO
 
 from pmc.dag.lines import edge_ids, is_plain, read_blocks, split_fields
 from pmc.dag.model import DagError
+from pmc.errors import ExitCode
 from pmc.pychild import python_command
 
 # DAG files at least this big get a helper: starting one takes ~30 ms, and for 100,000
@@ -181,5 +182,5 @@ def main(argv: list[str]) -> int:
         resolve(path, size, chunk, sys.stdout.buffer)
         sys.stdout.flush()
     except (DagError, OSError, ValueError, IndexError):
-        return 1
-    return 0
+        return ExitCode.FAILED
+    return ExitCode.OK

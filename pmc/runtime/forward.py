@@ -18,7 +18,6 @@ class ForwardFiles:
     def __init__(self, maxfds: int) -> None:
         self.maxfds = maxfds
         self.fds: OrderedDict[str, int] = OrderedDict()
-        self.bytes_written = 0
         self.hits = 0  # writes to a file already open, for the end-of-run hit rate
         self.misses = 0
 
@@ -38,7 +37,6 @@ class ForwardFiles:
         while view:
             n = os.write(fd, view)
             view = view[n:]
-        self.bytes_written += len(data)
 
     def hitrate(self) -> float:
         """Share of writes that found their file open (1.0 with none, as PMC's)."""

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pmc import batchsignals, log
 from pmc.core import protocol
 from pmc.core.protocol import TaskSpec, WorkerConfig
+from pmc.errors import ExitCode
 from pmc.process import set_name
 from pmc.runtime.hostinfo import (
     clear_affinity,
@@ -369,10 +370,10 @@ def _live(transport: Transport) -> int:
     inbox: deque[protocol.Message] = deque()
     msg = _wait(transport, inbox)
     if msg[0] == protocol.SHUTDOWN:  # the master stopped before the run began
-        return 0
+        return ExitCode.OK
     if msg[0] != protocol.CONFIG or msg[1] != protocol.VERSION:
         log.fatal(f"worker {transport.rank}: unexpected first message from master: {msg[:2]}")
-        return 1
+        return ExitCode.FAILED
     cfg: WorkerConfig = msg[2]
     _setup_logging(cfg, transport.rank)
     rank = transport.rank
@@ -383,7 +384,7 @@ def _live(transport: Transport) -> int:
         hello = worker.hello()
     except (OSError, ValueError) as e:
         transport.send(0, (protocol.ERROR, f"worker {transport.rank} cannot start: {e}"))
-        return 1
+        return ExitCode.FAILED
     transport.send(0, hello)
     if log.enabled(log.TRACE):
         log.trace(f"Worker {rank}: Host name: {hello[2]}")
@@ -392,7 +393,7 @@ def _live(transport: Transport) -> int:
     msg = _wait(transport, worker.inbox)
     if msg[0] == protocol.SHUTDOWN:
         transport.send(0, (protocol.BYE, None))
-        return 0
+        return ExitCode.OK
     worker.launcher.host_rank, run_script, wall_left = msg[1], msg[2], msg[3]
     if wall_left is not None:
         # Remaining seconds, not the master's clock: hosts' clocks may differ.
@@ -412,14 +413,14 @@ def _live(transport: Transport) -> int:
         log.error(f"Worker {rank}: Lost the master ({e}); killing tasks")
         worker.kill_all(signal.SIGKILL)
         worker.stop_host_script()
-        return 1
+        return ExitCode.FAILED
     finally:
         worker.launcher.accounting.close()
         worker.launcher.ranks.close()
         worker.wakeup.close()
         for sig, handler in prev_handlers.items():
             signal.signal(sig, handler)
-    return 0
+    return ExitCode.OK
 
 
 def _setup_logging(cfg: WorkerConfig, rank: int) -> None:
@@ -464,7 +465,7 @@ def serve(fd: int, rank: int, size: int) -> int:
     try:
         return run(transport)
     except TransportError:
-        return 1
+        return ExitCode.FAILED
     finally:
         transport.close()
 
@@ -480,7 +481,7 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyError, ValueError):
         print(f"usage: pmc-worker --fd N --rank R --size S (got {' '.join(args)})",
               file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     return serve(fd, rank, size)
 
 
