@@ -893,11 +893,28 @@ def test_pegasus_ids_read_back_as_written(tmp_path: Path) -> None:
     assert [t.pegasus_id for t in dag.tasks] == [
         "12", "012", "0", "99999999999999999999999", "\u0661", None]
     assert [t.line for t in dag.tasks] == [2, 4, 6, 8, 10, 11]
-    task = dag.tasks[5]
+    task = dag.tasks[4]
     task.pegasus_id = "5"
-    assert (task.pegasus_id, task.line) == ("5", 11)
+    assert (task.pegasus_id, task.line) == ("5", 10)
     task.pegasus_id = None
-    assert (task.pegasus_id, task.line) == (None, 11)
+    assert (task.pegasus_id, task.line) == (None, 10)
+    # A task without a Pegasus id has no room for one: ten million of them, 80 MB less.
+    plain = dag.tasks[5]
+    assert plain.pegasus_id is None and not hasattr(plain, "_pegasus")
+    with pytest.raises(AttributeError):
+        plain.pegasus_id = "5"
+    made = Task(0, "a", "p", pegasus_id="3", line=7)
+    assert (made.pegasus_id, made.line) == ("3", 7)
+
+
+def test_a_parsed_task_is_64_bytes(tmp_path: Path) -> None:
+    """Four slots: a fifth (its line, a Pegasus id) would take it to 80 bytes, 160 MB
+    more over ten million tasks. The lines are the parse's, read back the same."""
+    text = "TASK a -m 1 /bin/true 1\n# note\nTASK b /bin/true\nEDGE a b\n#@ 3 tr d\nTASK c p\n"
+    dag = parse(tmp_path, text)
+    assert [sys.getsizeof(t) for t in dag.tasks[:2]] == [64, 64]
+    assert [t.line for t in dag.tasks] == [1, 3, 6]
+    assert dag.tasks[2].pegasus_id == "3"
 
 
 # -- GPUs and ranks (pmc extensions) ------------------------------------------------------

@@ -33,6 +33,7 @@ from pmc.dag.model import (
     DAG,
     JOIN_OPTIONS,
     DagError,
+    LinedTask,
     Optioned,
     Task,
     TaskOptions,
@@ -123,11 +124,9 @@ class Array:
             options = options._replace(inputs=_filled(options.inputs, index_text, value),
                                        outputs=_filled(options.outputs, index_text, value))
         task._options = options
-        if self.pegasus is None:
-            task._line_after_id = self.line - task_id  # see Task.line
-        else:
+        task._line = self.line
+        if self.pegasus is not None:
             task._pegasus = self.pegasus
-            task._line_after_id = self.line - 2 * task_id
         task.array = self
         task.env = ((_ENV_INDEX, index_text), (_ENV_VALUE, value))
         return task
@@ -188,7 +187,7 @@ class MemberSlot(Optioned):
         return _filled(o.inputs, str(index), value), _filled(o.outputs, str(index), value)
 
 
-class MemberTask(Task):
+class MemberTask(LinedTask):
     """A member of an array, made when it is needed: it sets ``array`` and ``env``
     (its index and value), which a plain Task reads from its class."""
 

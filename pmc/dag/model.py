@@ -9,7 +9,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterator, Sequence
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 if TYPE_CHECKING:
     from pmc.dag.arrays import Array
@@ -176,19 +176,24 @@ class Task(Optioned):
 
     The options live in one immutable ``TaskOptions`` shared by every task that
     sets none of them, and by tasks whose option text is the same (``-m 1 -c 1`` on
-    every line), so a task costs six slots instead of twelve (a million tasks: 48 MB
-    less). They read and assign like plain attributes. The Pegasus id, different for
-    every task that has one, has a slot of its own, left unset (None) by the others.
-    ``line`` is kept as
-    its distance from ``id``: in a DAG without comments between its TASK lines that is
-    one small number Python shares, not a 32-byte int per task.
+    every line), so a task costs four slots instead of twelve. They read and assign
+    like plain attributes. A task of the parser's fast path is 64 bytes: its line is
+    kept by the parse, in one table of four bytes a task (``parsed_classes``), and its
+    Pegasus id, if it has one, in a slot of a subclass, so a task without one pays
+    nothing for it (a fifth or sixth slot would make every task 80 bytes: ten million
+    tasks, 160 MB). ``Task(...)`` makes a ``LinedTask``, which keeps both itself.
     """
 
-    __slots__ = ("_line_after_id", "_options", "_pegasus", "command", "id", "name")
-    _pegasus: str | int  # set only for a task with a Pegasus id (int: SEQ - id)
+    __slots__ = ("_options", "command", "id", "name")
+    _pegasus: str | int  # a slot of the subclasses with a Pegasus id (int: SEQ - id)
+    # The lines of a parse's tasks by id, a class attribute of its classes.
+    _lines: Sequence[int] = ()
     # A member of a task array (pmc.dag.arrays.MemberTask) sets this; a plain task reads
     # it from its class, at no cost per task.
     env: tuple[tuple[str, str], ...] | None = None  # added to its environment
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Task:
+        return object.__new__(LinedTask if cls is Task else cls)
 
     def __init__(
         self,
@@ -215,7 +220,7 @@ class Task(Optioned):
         self.name = name
         self.command = command
         if pegasus_id is not None:
-            self._pegasus = pegasus_id
+            self._pegasus = pegasus_id  # type: ignore[misc]
         self.line = line
         if (
             memory
@@ -248,18 +253,14 @@ class Task(Optioned):
         else:
             self._options = DEFAULT_OPTIONS
 
-    # In a Pegasus DAG every TASK line follows its "#@" line: a task with a Pegasus id
-    # keeps its line as the distance from 2 * id, one shared small number again.
     @property
     def line(self) -> int:
         """The line of the DAG file the task was defined on (0: not from a file)."""
-        if hasattr(self, "_pegasus"):
-            return 2 * self.id + self._line_after_id
-        return self.id + self._line_after_id
+        return self._lines[self.id]
 
     @line.setter
     def line(self, value: int) -> None:
-        self._line_after_id = value - (2 * self.id if hasattr(self, "_pegasus") else self.id)
+        raise AttributeError("the line of a parsed task is its parse's")
 
     @property
     def pegasus_id(self) -> str | None:
@@ -276,12 +277,12 @@ class Task(Optioned):
 
     @pegasus_id.setter
     def pegasus_id(self, value: str | None) -> None:
-        line = self.line
+        """Set or clear the Pegasus id: set only on a task with room for one (a parsed
+        task without one has none: AttributeError)."""
         if value is not None:
-            self._pegasus = value
+            self._pegasus = value  # type: ignore[misc]
         elif hasattr(self, "_pegasus"):
             del self._pegasus
-        self.line = line
 
     def made(self, task_id: int) -> Task:
         return self
@@ -291,6 +292,32 @@ class Task(Optioned):
 
     def __repr__(self) -> str:
         return f"Task({self.id}, {self.name!r}, {self.command!r})"
+
+
+class LinedTask(Task):
+    """A Task that keeps its line and room for a Pegasus id itself: what ``Task(...)``
+    makes (a test's, or a TASK line off the parser's fast path)."""
+
+    __slots__ = ("_line", "_pegasus")
+
+    @property
+    def line(self) -> int:
+        return self._line
+
+    @line.setter
+    def line(self, value: int) -> None:
+        self._line = value
+
+
+def parsed_classes(lines: Sequence[int]) -> tuple[type[Task], type[Task]]:
+    """The classes of a parse's fast-path tasks, their lines in ``lines`` (by id): one
+    with room for a Pegasus id, one without."""
+    plain = cast("type[Task]", type("Task", (Task,), {
+        "__slots__": (), "_lines": lines, "__module__": __name__, "__doc__": Task.__doc__}))
+    pegasus = cast("type[Task]", type("PegasusTask", (plain,), {
+        "__slots__": ("_pegasus",), "__module__": __name__,
+        "__doc__": "A parsed Task with a Pegasus id."}))
+    return plain, pegasus
 
 
 class TaskView:

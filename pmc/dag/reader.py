@@ -19,7 +19,16 @@ from pmc.dag import arrays as task_arrays
 from pmc.dag import edgehelper
 from pmc.dag.graph import build_dag
 from pmc.dag.lines import edge_ids, is_plain, read_blocks, reason, show, split_fields
-from pmc.dag.model import DAG, DEFAULT_OPTIONS, DagError, Optioned, Task, TaskOptions, new_task
+from pmc.dag.model import (
+    DAG,
+    DEFAULT_OPTIONS,
+    DagError,
+    Optioned,
+    Task,
+    TaskOptions,
+    new_task,
+    parsed_classes,
+)
 from pmc.dag.taskline import SIMPLE_OPTIONS, option_values, parse_task, pegasus_seq
 from pmc.dag.words import SPACE, has_quoting
 
@@ -138,7 +147,8 @@ class _Reader:
     call inside it would be paid per line."""
 
     __slots__ = ("arrays", "backward", "children", "edge_lines", "index", "last_command",
-                 "options", "parents", "path", "pegasus", "tasks")
+                 "lines", "options", "parents", "path", "pegasus", "pegasus_task", "plain_task",
+                 "tasks")
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -154,6 +164,8 @@ class _Reader:
         self.last_command = ""
         self.options = _SharedOptions()
         self.arrays: dict[str, task_arrays.Array] = {}  # task arrays (a pmc extension)
+        self.lines = array("I")  # the line of each id (see Task.line)
+        self.plain_task, self.pegasus_task = parsed_classes(self.lines)
 
     def take(self, before: int, lines: list[str], plain: bool, quoting: bool,
              theirs: bool) -> None:
@@ -165,6 +177,7 @@ class _Reader:
         pegasus, last_command, backward = self.pegasus, self.last_command, self.backward
         prefix, cut, last_options = shared.prefix, shared.cut, shared.last
         arrays = self.arrays
+        add_at, plain_task, pegasus_task = self.lines.append, self.plain_task, self.pegasus_task
         for lineno, line in enumerate(lines, before + 1):
             # At most three fields: the rest of a TASK line is its command, kept as
             # written; the rest of an EDGE line must be exactly one name.
@@ -212,28 +225,29 @@ class _Reader:
                         command = last_command
                     last_command = command
                     # Not Task(...): in Python 3.11 the call costs three times these lines.
-                    task = new_task(Task)
-                    task.id, task.name, task.command = tid, parts[1], command
-                    task._line_after_id, task._options = lineno - tid, options
+                    task = new_task(plain_task if pegasus is None else pegasus_task)
+                    task.id, task.name, task.command, task._options = (tid, parts[1],
+                                                                       command, options)
                 else:
                     parsed = parse_task(path, lineno, line, parts, tid)
                     if isinstance(parsed, task_arrays.ArrayDef):  # a task array (extension)
                         task_arrays.define(parsed, path, line, tasks, index, arrays, pegasus)
+                        self.lines.extend(array("I", [lineno]) * (len(tasks) - len(self.lines)))
                         pegasus = None
                         shared.waiting = None
                         continue
-                    task = parsed
+                    task = parsed  # a LinedTask: room for a Pegasus id
                     if shared.waiting is not None and shared.learn(task):
                         prefix, cut, last_options = shared.prefix, shared.cut, shared.last
                 if pegasus is not None:
                     # A plain decimal SEQ is kept as its distance from the id (see
                     # Task.pegasus_id): one shared small int when SEQ counts with it.
-                    task._pegasus = pegasus - tid if isinstance(pegasus, int) else pegasus
-                    task._line_after_id = lineno - 2 * tid  # see Task.line
+                    task._pegasus = pegasus - tid if isinstance(pegasus, int) else pegasus  # type: ignore[misc]
                     pegasus = None
                 if index.setdefault(task.name, tid) != tid:
                     raise _duplicate(path, lineno, line, tasks[index[task.name]])
                 add_task(task)
+                add_at(lineno)
             elif kind == "#@" and plain and len(parts) == 3 and (
                 " " in (tail := parts[2].rstrip()) or "\t" in tail or "\r" in tail
             ):  # "#@ SEQ TRANSFORMATION DAX_ID ...": in an is_plain block, two fields or more
