@@ -76,6 +76,7 @@ class RunOptions(NamedTuple):
     limit_memory_by: str = "rlimit"  # --strict-limits: "rlimit" (as PMC) or "cgroup"
     on_warning: str = "drain"  # a warning signal: "drain", "stop" or "ignore"
     reuse: bool = False  # skip tasks whose declared outputs are up to date (pmc.core.reuse)
+    open_run: bool = False  # take tasks added while running (pmc.runtime.openrun)
     # Observability
     log_format: str = "text"  # "text" or "json"
     log_file: str | None = None
@@ -265,6 +266,11 @@ OPTIONS: tuple[Option, ...] = (
            "--inputs and its parents' outputs, nor (as Pegasus) one whose outputs only such "
            "tasks need; it is recorded as reused. Tasks downstream of a changed file run",
            kind="flag", extension=True, profile="pmc.reuse"),
+    Option(("--open",), "open_run",
+           "an open run: run the DAG's tasks and keep waiting for more, added with 'pmc "
+           "add DAG MORE' or pmc.client, until 'pmc close DAG'; added tasks are kept in "
+           "DAG.added and read again by a later run of the DAG",
+           kind="flag", extension=True),
     Option(("--log-format",), "log_format",
            "log lines as text (default) or one JSON object per line",
            choices=("text", "json"), default="text", extension=True,

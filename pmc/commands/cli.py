@@ -31,6 +31,8 @@ def options_from_args(p: argparse.ArgumentParser, args: argparse.Namespace,
     reference's (no progress unless asked for with --progress-interval)."""
     options.apply_environment(p, args)
     apply_site_profile(p, args, dropin)
+    if args.open_run and args.schedule not in (None, "priority"):
+        p.error("--open cannot be combined with --schedule (an open run orders by priority)")
     if args.set_affinity and args.host_cpus:
         # The reference's words: its binding needs the host's real cpus and sockets.
         p.error("--host-cpus is not compatible with --set-affinity")
@@ -65,8 +67,20 @@ def cmd_report(args: argparse.Namespace) -> int:
                        run=args.run)
 
 
+def cmd_add(args: argparse.Namespace) -> int:
+    from pmc.commands import openrun
+
+    return openrun.add(args.dag, args.more)
+
+
+def cmd_close(args: argparse.Namespace) -> int:
+    from pmc.commands import openrun
+
+    return openrun.close(args.dag)
+
+
 # The subcommands defined here; any other (or none, or --help) needs the batch wing's.
-_OWN_COMMANDS = frozenset({"run", "status", "report"})
+_OWN_COMMANDS = frozenset({"run", "status", "report", "add", "close"})
 
 
 def build_parser(batch_commands: bool = True) -> argparse.ArgumentParser:
@@ -109,6 +123,21 @@ def build_parser(batch_commands: bool = True) -> argparse.ArgumentParser:
     report_p.add_argument("--run", metavar="K", type=int,
                           help="which run in a log of several (1 = first, default: last)")
     report_p.set_defaults(func=cmd_report)
+    add_p = sub.add_parser(
+        "add", help="pmc extension: add tasks to an open run (pmc run --open)",
+        description="pmc extension: add the TASK and EDGE lines of MORE to the open run "
+        "of the DAG, all of them or none (a bad line is refused with its line number). "
+        "An EDGE's child must be a task of the same batch; its parent may be any task, "
+        "done or not. Exit code: 0 added, 2 refused, 1 no open run reached.")
+    add_p.add_argument("dag", metavar="workflow.dag", help="the DAG of the open run")
+    add_p.add_argument("more", metavar="MORE", help="a file of TASK/EDGE lines, or - (stdin)")
+    add_p.set_defaults(func=cmd_add)
+    close_p = sub.add_parser(
+        "close", help="pmc extension: let an open run end once its tasks are done",
+        description="pmc extension: close the open run of the DAG: it takes no more "
+        "tasks and ends once those it has are done.")
+    close_p.add_argument("dag", metavar="workflow.dag", help="the DAG of the open run")
+    close_p.set_defaults(func=cmd_close)
     if not batch_commands:
         return p
     # pmc.adapters lives in adapters/ (mapped by pyproject), which type checkers do not

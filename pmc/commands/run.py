@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from pmc.core.events import Observer, Summary
     from pmc.dag import DAG
     from pmc.outputs.progress import Progress
+    from pmc.runtime import openrun
     from pmc.runtime.master import Master
     from pmc.transport import Transport
 
@@ -153,6 +154,7 @@ def _read_and_run(opts: RunOptions, workers: Workers, mode: str) -> int:
     from pmc.core.rescue import RescueError, read_records
     from pmc.dag import DagError, parse_dag
     from pmc.outputs import assemble
+    from pmc.runtime import openrun
 
     # The log file first: every line after this one goes there.
     try:
@@ -169,6 +171,7 @@ def _read_and_run(opts: RunOptions, workers: Workers, mode: str) -> int:
         log.debug(f"Using new rescue file: {opts.rescue_path}")
     try:
         dag = parse_dag(opts.dag)
+        opened = openrun.prepare(opts, dag)  # the tasks added before, an open run's side
     except DagError as e:
         log.fatal(str(e))
         return ExitCode.USAGE
@@ -209,9 +212,9 @@ def _read_and_run(opts: RunOptions, workers: Workers, mode: str) -> int:
         except FatalError as e:
             log.fatal(str(e))
             return ExitCode.FAILED
-        out = Fanout(outputs.observers)
+        out = Fanout([*outputs.observers, *([opened] if opened else [])])
         return _run_with_transport(opts, dag, done, out, outputs.progress, workers.take(),
-                                   mode, sink, reused)
+                                   mode, sink, reused, opened)
     finally:
         sink.close()
         if lock_fd >= 0:
@@ -247,7 +250,8 @@ def settle_heap() -> None:
 
 def _run_with_transport(opts: RunOptions, dag: DAG, done: set[int], out: Observer,
                         progress: Progress | None, transport: Transport, mode: str,
-                        sink: TaskOutput, reused: set[int]) -> int:
+                        sink: TaskOutput, reused: set[int],
+                        opened: openrun.OpenRun | None = None) -> int:
     from pmc.core.rescue import RescueError
     from pmc.runtime.master import Master
     from pmc.runtime.summary import write_summary
@@ -274,6 +278,8 @@ def _run_with_transport(opts: RunOptions, dag: DAG, done: set[int], out: Observe
                     out.started(info)  # the output files open now
                 except OSError as e:
                     raise FatalError(f"Cannot open output file: {e}") from e
+                if opened is not None:
+                    opened.open(master)
                 summary = master.loop()
             finally:
                 # The live line ends with the loop: the end-of-run lines come after it.
@@ -301,6 +307,8 @@ def _run_with_transport(opts: RunOptions, dag: DAG, done: set[int], out: Observe
         else:
             sink.pending = True
     finally:
+        if opened is not None:
+            opened.close()
         log.info("Sending workers shutdown messages...")
         master.shutdown_workers()
         transport.close()

@@ -29,6 +29,7 @@ from pmc.dag import DAG, DagError, parse_dag
 from pmc.errors import ExitCode
 from pmc.outputs.progress import clock
 from pmc.outputs.status import NAMES_KEPT, snapshot_path
+from pmc.runtime.journal import journal_path, replay
 
 
 @dataclass
@@ -145,6 +146,7 @@ def _from_jobstate(path: str, st: Status) -> bool:
 def workflow_status(dag_path: str, rescue_path: str | None = None) -> Status:
     """Raises DagError / RescueError for an unreadable DAG or rescue log."""
     dag = parse_dag(dag_path)
+    replay(dag, journal_path(dag_path))  # tasks added to an open run (pmc run --open)
     done, reused, _warnings = read_records(rescue_path or f"{dag_path}.rescue", dag)
     st = Status(dag=dag_path, tasks=dag.ntasks, done=len(done) + len(reused),
                 reused=len(reused))

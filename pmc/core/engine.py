@@ -273,6 +273,27 @@ class Engine:
         tries = self.dag.tasks[task_id].tries
         return self.default_tries if tries is None else tries
 
+    def add(self, first: int, edges: Iterable[tuple[int, int]]) -> list[int]:
+        """Tasks ``first`` .. the DAG's last, just added to it with ``edges`` (an open
+        run, ``pmc.dag.extend``): each waits for its parents not done yet; those with
+        none are ready now. Returns them, in id order."""
+        n = len(self.dag)
+        added = n - first
+        self.state.extend(bytes(added))
+        self.waiting_on.frombytes(bytes(4 * added))
+        self.attempts.frombytes(bytes(4 * added))
+        self._started.extend(bytes(added))
+        self.ntasks += added
+        state, waiting_on = self.state, self.waiting_on
+        for parent, child in edges:
+            if state[parent] not in (_DONE, _REUSED):
+                waiting_on[child] += 1
+        newly = [t for t in range(first, n) if not waiting_on[t]]
+        tasks = self.dag.tasks
+        for task_id in newly:
+            self._ready(task_id, options_of(tasks[task_id]), None)
+        return newly
+
     # -- transitions -------------------------------------------------------------
 
     def pop(self, cls: tuple[int, ...]) -> int:

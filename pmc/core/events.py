@@ -134,6 +134,10 @@ class Observer:
         """At the start, before any ``ready``: tasks not run in this run because their
         declared outputs are up to date (--reuse)."""
 
+    def tasks_added(self, tasks: Sequence[Task], total: int) -> None:
+        """Tasks added to an open run (a pmc extension), before any of them is ready;
+        the run now has ``total`` tasks."""
+
     def dispatched(self, task: Task, seq: int, attempt: int, rank: int, host: str) -> None:
         """Sent to a worker (jobstate EXECUTE): to start at once, or (prefetched) when
         the task it was queued behind has ended."""

@@ -340,3 +340,13 @@ def _unknown(path: str, lineno: int, line: str, kind: str) -> DagError:
     return DagError(
         path, lineno, f"unknown record type {show(kind)} (expected TASK or EDGE): {show(line)}"
     )
+
+
+def read_task_lines(path: str, lines: list[str], before: int = 0,
+                    ) -> tuple[list[Optioned], dict[str, int], dict[str, task_arrays.Array]]:
+    """The TASK lines (and comments) of ``lines``, numbered from ``before + 1``, read as
+    ``parse_dag`` reads them: (tasks, their index by name, task arrays). An EDGE line
+    must have been blanked by the caller (``pmc.dag.extend`` reads those itself)."""
+    reader = _Reader(path)
+    reader.take(before, lines, False, True, False)
+    return reader.tasks, reader.index, reader.arrays

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from pmc.core.events import Observer, RunInfo, Summary
@@ -71,6 +71,10 @@ class EventLog(Observer):
             memory_limits=info.memory_limits or None, reused=info.reused,
             arrays=[a._asdict() for a in info.arrays])
         self.out.flush()
+
+    def tasks_added(self, tasks: Sequence[Task], total: int) -> None:
+        self.emit("workflow.tasks_added", added=len(tasks), tasks=total,
+                  names=[t.name for t in tasks[:100]])
 
     def host_changed(self, host: Host) -> None:
         if host.name not in self.hosts:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from pmc.core.events import Observer, RunInfo, Summary
 from pmc.core.protocol import TaskResult
@@ -111,6 +111,10 @@ class Tally(Observer):
         self.reused_n = info.reused
         self.arrays = {a.name: ArrayProgress(a.members, a.recovered, a.reused)
                        for a in info.arrays}
+
+    def tasks_added(self, tasks: Sequence[Task], total: int) -> None:
+        if self.info is not None:  # an open run's total (status, progress, metrics)
+            self.info = self.info._replace(tasks=total)
 
     def host_changed(self, host: Host) -> None:
         if host.name not in self.host_slots:

@@ -29,6 +29,7 @@ from pmc.options import RunOptions
 from pmc.runtime import ordering, startup
 from pmc.runtime.forward import ForwardFiles, default_maxfds
 from pmc.runtime.losses import BEAT_CHECK, Joiner, Losses
+from pmc.runtime.openrun import OpenRun
 from pmc.runtime.placement import Placer
 from pmc.runtime.stopping import Stopping
 from pmc.runtime.summary import Counts
@@ -101,6 +102,7 @@ class Master(Stopping, Losses):
         # Log levels, fixed for the run: per-task lines cost one attribute test when off.
         self.debug = log.enabled(log.DEBUG)
         self.trace = log.enabled(log.TRACE)
+        self.open: OpenRun | None = None  # an open run's requests (pmc run --open)
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -116,9 +118,7 @@ class Master(Stopping, Losses):
             self.worker_lost(rank)
 
     def remaining(self) -> float | None:
-        if self.deadline is None:
-            return None
-        return self.deadline - time.monotonic()
+        return None if self.deadline is None else self.deadline - time.monotonic()
 
     def stopping(self) -> str | None:
         """Why the run is being stopped (a signal noticed now), or None."""
@@ -190,7 +190,8 @@ class Master(Stopping, Losses):
                 if self.unsynced:
                     self.complete_synced(block=True)  # nothing else to wait for
                     continue
-                if self.stop_reason or self.draining or self.engine.finished():
+                if self.stop_reason or self.draining or (self.engine.finished() and (
+                        self.open is None or self.open.may_end())):
                     break
             if self.stop_deadline is not None and time.monotonic() > self.stop_deadline:
                 log.error(f"{len(chains.running)} task(s) did not report after the stop; "
@@ -217,7 +218,7 @@ class Master(Stopping, Losses):
         left = self.remaining()
         if left is not None:
             timeout = max(0.0, min(timeout, left))
-        msgs = self.t.poll(timeout)
+        msgs = (self.open or self.t).poll(timeout)  # serves an open run's requests
         self.clock = now = time.monotonic()
         # Before the results: when a batch system signals every rank at once, tasks
         # its SIGTERM killed on the workers are stopped, not failed.

@@ -1,0 +1,224 @@
+"""A Python client of an open run (``pmc run --open``, a pmc extension).
+
+Submit tasks to a running open run, wait for them and read how they ended::
+
+    from pmc.client import Client
+
+    with Client.connect("wf.dag") as run:
+        a = run.submit(["/bin/sh", "-c", "echo A > a.txt"])
+        b = run.submit(["/usr/bin/sort", "a.txt"], cpus=2, memory=512, after=[a])
+        (state,) = run.wait([b], timeout=600)
+        print(state.state, state.exit_code)
+        run.close_run()  # the run ends once what it has is done
+
+The client talks to the run's Unix socket beside the DAG (``DAG.sock``) with the token
+in ``DAG.token``; both are readable by the run's user alone. Each ``submit`` is one
+batch, added whole or refused (``SubmitError``); ``add`` takes TASK/EDGE lines as they
+are written in a DAG file.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import secrets
+import shlex
+import socket
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
+
+from pmc.openchannel import ChannelError, address, encode, receive, socket_path, token_path
+
+__all__ = ["ChannelError", "Client", "Handle", "SubmitError", "TaskState"]
+
+FINISHED = frozenset({"done", "failed", "reused"})
+
+
+class SubmitError(Exception):
+    """The run refused a request (a bad batch, a closed run): ``str()`` says why."""
+
+
+class TaskState(NamedTuple):
+    """What the run says of a task: ``state`` is one of waiting, ready, running, done,
+    failed, held, reused (or unknown); ``record`` describes its last try (None before
+    one ended): outcome, attempt, status (the raw wait status), exit_code, signal,
+    start (Unix time), duration, cpu_time (seconds), max_rss_kb, error, stderr_path."""
+
+    name: str
+    state: str
+    tries: int
+    record: dict[str, Any] | None
+
+    @property
+    def finished(self) -> bool:
+        """Done, reused or failed for good: it will not run again in this run."""
+        return self.state in FINISHED
+
+    @property
+    def ok(self) -> bool:
+        return self.state in ("done", "reused")
+
+    @property
+    def exit_code(self) -> int | None:
+        """The last try's exit code (None: no try ended yet, or a signal ended it)."""
+        if self.record is None or self.record["signal"]:
+            return None
+        return int(self.record["exit_code"])
+
+
+class Handle:
+    """A task submitted through a ``Client``."""
+
+    __slots__ = ("client", "name")
+
+    def __init__(self, client: Client, name: str) -> None:
+        self.client = client
+        self.name = name
+
+    def state(self) -> TaskState:
+        return self.client.states([self.name])[self.name]
+
+    def wait(self, timeout: float | None = None) -> TaskState:
+        return self.client.wait([self], timeout)[0]
+
+    def __repr__(self) -> str:
+        return f"Handle({self.name!r})"
+
+
+def _word(arg: str) -> str:
+    if "\n" in arg or "\r" in arg or "\0" in arg:
+        raise ValueError(f"a task's argument cannot hold a line break or NUL: {arg!r}")
+    return shlex.quote(arg)
+
+
+def task_line(name: str, argv: Sequence[str], *, cpus: int = 1, memory: int = 0,
+              gpus: int = 0, ranks: int = 1, tries: int | None = None,
+              priority: int = 0) -> str:
+    """The TASK line of a task running ``argv`` (no shell) with these requests."""
+    if not argv:
+        raise ValueError("a task needs a program to run")
+    if not name or any(c.isspace() for c in name) or name.startswith("-"):
+        raise ValueError(f"not a task name: {name!r}")
+    opts = []
+    if cpus != 1:
+        opts += ["-c", str(int(cpus))]
+    if memory:
+        opts += ["-m", str(int(memory))]
+    if gpus:
+        opts += ["--request-gpus", str(int(gpus))]
+    if ranks != 1:
+        opts += ["--ranks", str(int(ranks))]
+    if tries is not None:
+        opts += ["-t", str(int(tries))]
+    if priority:
+        opts += ["-p", str(int(priority))]
+    words = " ".join(map(_word, argv))
+    return " ".join(["TASK", name, *opts, words])
+
+
+class Client:
+    """A connection to the open run of one DAG (thread-safe: one request at a time)."""
+
+    def __init__(self, dag: str, sock: socket.socket, token: str) -> None:
+        self.dag = dag
+        self._sock = sock
+        self._token = token
+        self._lock = threading.Lock()
+        self._names = (f"c{secrets.token_hex(4)}-{n}" for n in itertools.count(1))
+
+    @classmethod
+    def connect(cls, dag: str, timeout: float = 60.0) -> Client:
+        """Connect to the open run of ``dag`` (its path as the run was given it, or
+        any path to the same file's directory and name)."""
+        try:
+            with open(token_path(dag), encoding="ascii") as f:
+                token = f.read().strip()
+        except OSError as e:
+            raise ChannelError(f"no open run of {dag}: cannot read {token_path(dag)}: "
+                               f"{e.strerror}") from None
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        where, fd = address(socket_path(dag))
+        try:
+            sock.connect(where)
+        except OSError as e:
+            sock.close()
+            raise ChannelError(f"no open run of {dag}: cannot connect to "
+                               f"{socket_path(dag)}: {e.strerror}") from None
+        finally:
+            if fd >= 0:
+                os.close(fd)
+        sock.settimeout(None)
+        return cls(dag, sock, token)
+
+    def request(self, op: str, **fields: Any) -> dict[str, Any]:
+        """One request and the run's reply; raises SubmitError if it refused it."""
+        with self._lock:
+            self._sock.sendall(encode({"op": op, "token": self._token, **fields}))
+            reply = receive(self._sock)
+        if reply is None:
+            raise ChannelError(f"the open run of {self.dag} closed the connection")
+        if not reply.get("ok"):
+            raise SubmitError(str(reply.get("error")))
+        return reply
+
+    def add(self, text: str, source: str = "client") -> list[str]:
+        """Add TASK/EDGE lines as a DAG file has them, all or none; their task names."""
+        names: list[str] = self.request("add", text=text, source=source)["tasks"]
+        return names
+
+    def submit(self, argv: Sequence[str], *, name: str | None = None, cpus: int = 1,
+               memory: int = 0, gpus: int = 0, ranks: int = 1, tries: int | None = None,
+               priority: int = 0, after: Iterable[Handle | str] = ()) -> Handle:
+        """Add one task running ``argv`` (no shell), asking for ``cpus``, ``memory``
+        (MB), ``gpus`` (per rank) and ``ranks``; tried up to ``tries`` times (None: the
+        run's --tries); started after the tasks in ``after`` are done."""
+        name = name or next(self._names)
+        lines = [task_line(name, argv, cpus=cpus, memory=memory, gpus=gpus, ranks=ranks,
+                           tries=tries, priority=priority)]
+        for parent in after:
+            lines.append(f"EDGE {parent.name if isinstance(parent, Handle) else parent} {name}")
+        self.add("\n".join(lines) + "\n", source=f"client:{name}")
+        return Handle(self, name)
+
+    def states(self, names: Iterable[str]) -> dict[str, TaskState]:
+        tasks = self.request("state", names=list(names))["tasks"]
+        return {n: TaskState(n, t["state"], t.get("tries", 0), t.get("record"))
+                for n, t in tasks.items()}
+
+    def wait(self, handles: Handle | Iterable[Handle], timeout: float | None = None,
+             ) -> list[TaskState]:
+        """Wait until every task has finished (done, reused or failed for good); their
+        states, in order. Raises TimeoutError after ``timeout`` seconds."""
+        todo = [handles] if isinstance(handles, Handle) else list(handles)
+        end = None if timeout is None else time.monotonic() + timeout
+        pause = 0.02
+        while True:
+            states = self.states(h.name for h in todo)
+            if all(s.finished or s.state == "unknown" for s in states.values()):
+                return [states[h.name] for h in todo]
+            if end is not None and time.monotonic() >= end:
+                left = [n for n, s in states.items() if not s.finished]
+                raise TimeoutError(f"{len(left)} task(s) not finished: {left[:5]}")
+            time.sleep(pause if end is None else min(pause, max(0.0, end - time.monotonic())))
+            pause = min(pause * 1.5, 1.0)
+
+    def info(self) -> dict[str, Any]:
+        """The run's tasks, done and failed, and whether it is closed."""
+        return self.request("info")
+
+    def close_run(self) -> None:
+        """Let the run end once what it has is done (``pmc close``)."""
+        self.request("close")
+
+    def close(self) -> None:
+        """Close the connection (the run goes on)."""
+        self._sock.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
