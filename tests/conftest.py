@@ -6,7 +6,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from pmctest import DIAMOND, pmc, pmc_mpi, write_dag
+from pmctest import DIAMOND, mpiexec, pmc, pmc_mpi, write_dag
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked ``mpi`` is skipped where the pip MPI's mpiexec is missing."""
+    if item.get_closest_marker("mpi") is not None:
+        mpiexec()
 
 
 @pytest.fixture
@@ -14,7 +20,8 @@ def diamond(tmp_path: Path) -> Path:
     return write_dag(tmp_path / "diamond.dag", DIAMOND)
 
 
-@pytest.fixture(params=["local", "mpi2", "mpi4"])
+@pytest.fixture(params=["local", pytest.param("mpi2", marks=pytest.mark.mpi),
+                        pytest.param("mpi4", marks=pytest.mark.mpi)])
 def launch(request: pytest.FixtureRequest):
     """Run pmc embedded, or under mpiexec with 2 or 4 ranks: same DAG, same checks. With
     2 ranks the worker talks to the master through a host socket; with 4 every message

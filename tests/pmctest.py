@@ -3,7 +3,9 @@ the pip MPI's mpiexec. (Fixtures are in conftest.py; ``tests/`` is on pytest's p
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,6 +28,15 @@ def find_mpiexec() -> str | None:
 
 
 MPIEXEC = find_mpiexec()
+NO_MPIEXEC = "mpiexec not installed (pip install '.[mpi]')"
+
+
+def mpiexec() -> str:
+    """The pip MPI's mpiexec. Where there is none the test is skipped, as every test marked
+    ``mpi`` is (tests/conftest.py): the one place that says so."""
+    if MPIEXEC is None:
+        pytest.skip(NO_MPIEXEC)
+    return MPIEXEC
 
 
 def comm(pid: int) -> str:
@@ -58,10 +69,8 @@ def pmc_mpi(n: int, args: Sequence[str], cwd: Path, *, timeout: float = 180,
             env: dict[str, str] | None = None,
             launch: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
     """``mpiexec -n N [LAUNCH] python -m pmc ARGS`` with the pip MPI."""
-    if MPIEXEC is None:
-        pytest.skip("mpiexec not installed (pip install '.[mpi]')")
     return subprocess.run(
-        [MPIEXEC, "-n", str(n), *launch, sys.executable, "-m", "pmc", *args], cwd=cwd,
+        [mpiexec(), "-n", str(n), *launch, sys.executable, "-m", "pmc", *args], cwd=cwd,
         env=env or clean_env(), capture_output=True, text=True, timeout=timeout,
     )
 
@@ -100,3 +109,58 @@ EDGE A C
 EDGE B D
 EDGE C D
 """
+
+
+# A two-rank task's program: each rank writes its rank, size, PMC_HOSTS and step.
+MPI_PROGRAM = """\
+import os, sys
+from mpi4py import MPI
+c = MPI.COMM_WORLD
+with open(f"{sys.argv[1]}.{c.Get_rank()}", "w") as f:
+    f.write(f"{c.Get_rank()} {c.Get_size()} {os.environ.get('PMC_HOSTS', '-')} "
+            f"{os.environ.get('SLURM_STEP_ID', '-')}\\n")
+"""
+
+
+def mpi_dag(tmp_path: Path, extra: str = "") -> Path:
+    (tmp_path / "prog.py").write_text(MPI_PROGRAM)
+    py = sys.executable
+    return write_dag(tmp_path / "m.dag",
+                     f"TASK mr --ranks 2 {py} prog.py out\n"
+                     f"TASK after {py} -c \"open('after', 'w')\"\n"
+                     f"EDGE mr after\n{extra}")
+
+
+def ranks_written(tmp_path: Path, stem: str) -> list[tuple[int, int, str, str]]:
+    """(rank, size, PMC_HOSTS, SLURM_STEP_ID) each rank wrote ("-": not set)."""
+    out = []
+    for p in sorted(tmp_path.glob(f"{stem}.*")):
+        rank, size, hosts, step = p.read_text().split()
+        out.append((int(rank), int(size), hosts, step))
+    return out
+
+
+def dashboard_queries() -> list[str]:
+    """The PromQL of every panel and variable of configs/grafana-dashboard.json."""
+    dash = json.loads((REPO / "configs" / "grafana-dashboard.json").read_text())
+    exprs: list[str] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k == "expr" and isinstance(v, str):
+                    exprs.append(v)
+                elif k in ("query", "definition") and isinstance(v, str) and \
+                        "label_values" in v:
+                    # Grafana's label_values(METRIC, LABEL): the metric is the selector.
+                    m = re.fullmatch(r"label_values\((.*),\s*\w+\)", v.strip())
+                    assert m, v
+                    exprs.append(m.group(1))
+                else:
+                    walk(v)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(dash)
+    return exprs

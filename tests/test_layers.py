@@ -109,6 +109,22 @@ def test_every_module_has_a_layer() -> None:
         assert layer_of(top) != "base", f"{folder.relative_to(ROOT)} has no layer in LAYERS"
 
 
+
+
+def test_no_test_module_imports_another() -> None:
+    """Helpers shared by tests live in helper modules (pmctest, fakes, the *kit files):
+    a test module imported by another would run its tests twice and hide where they are."""
+    bad = []
+    for path in sorted(ROOT.joinpath("tests").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for node in ast.walk(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            bad += [f"{path.relative_to(ROOT)}:{node.lineno}: {name}" for name in names
+                    if name.rpartition(".")[2].startswith("test_")]
+    assert not bad, "test modules importing test modules:\n" + "\n".join(bad)
+
+
 if __name__ == "__main__":
     lines = upward_imports()
     print("\n".join(lines) if lines else "no import runs back up")

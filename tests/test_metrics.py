@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from pmctest import MPIEXEC, REPO, clean_env, pmc, write_dag
+from pmctest import REPO, clean_env, dashboard_queries, mpiexec, pmc, write_dag
 from prometheus_client.parser import text_string_to_metric_families
 
 from pmc.core.events import RunInfo, Summary
@@ -236,12 +236,10 @@ def test_endpoint_textfile_and_push_during_embedded_run(tmp_path: Path,
 
 @pytest.mark.mpi
 def test_endpoint_during_mpi_run(tmp_path: Path) -> None:
-    if MPIEXEC is None:
-        pytest.skip("mpiexec not installed (pip install '.[mpi]')")
     dag = sleep_dag(tmp_path)
     prom = tmp_path / "mpi.prom"
     code, scrapes, err = scrape_run(
-        [MPIEXEC, "-n", "3", sys.executable, "-m", "pmc", "run", "--metrics-port", "0",
+        [mpiexec(), "-n", "3", sys.executable, "-m", "pmc", "run", "--metrics-port", "0",
          "--metrics-textfile", str(prom), dag.name], tmp_path, N_TASKS)
     assert code == 0, err
     check_scrapes(scrapes, N_TASKS)
@@ -428,31 +426,6 @@ def promql_metric_names(expr: str) -> set[str]:
             continue
         names.add(word)
     return names
-
-
-def dashboard_queries() -> list[str]:
-    dash = json.loads((REPO / "configs" / "grafana-dashboard.json").read_text())
-    exprs: list[str] = []
-
-    def walk(node: object) -> None:
-        if isinstance(node, dict):
-            for k, v in node.items():
-                if k == "expr" and isinstance(v, str):
-                    exprs.append(v)
-                elif k in ("query", "definition") and isinstance(v, str) and \
-                        "label_values" in v:
-                    # Grafana's label_values(METRIC, LABEL): the metric is the selector.
-                    m = re.fullmatch(r"label_values\((.*),\s*\w+\)", v.strip())
-                    assert m, v
-                    exprs.append(m.group(1))
-                else:
-                    walk(v)
-        elif isinstance(node, list):
-            for item in node:
-                walk(item)
-
-    walk(dash)
-    return exprs
 
 
 def test_every_dashboard_query_uses_exported_metrics() -> None:

@@ -7,44 +7,14 @@ own; the test reads them back. The Slurm case is tests/slurm/test_multirank_slur
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from pathlib import Path
 
 import pytest
-from pmctest import clean_env, pmc, pmc_mpi, write_dag
+from pmctest import clean_env, mpi_dag, pmc, pmc_mpi, ranks_written, write_dag
 
 pytest.importorskip("mpi4py")
-if shutil.which("mpiexec") is None:
-    pytest.skip("mpiexec not installed", allow_module_level=True)
-
-PROGRAM = """\
-import os, sys
-from mpi4py import MPI
-c = MPI.COMM_WORLD
-with open(f"{sys.argv[1]}.{c.Get_rank()}", "w") as f:
-    f.write(f"{c.Get_rank()} {c.Get_size()} {os.environ.get('PMC_HOSTS', '-')} "
-            f"{os.environ.get('SLURM_STEP_ID', '-')}\\n")
-"""
-
-
-def mpi_dag(tmp_path: Path, extra: str = "") -> Path:
-    (tmp_path / "prog.py").write_text(PROGRAM)
-    py = sys.executable
-    return write_dag(tmp_path / "m.dag",
-                     f"TASK mr --ranks 2 {py} prog.py out\n"
-                     f"TASK after {py} -c \"open('after', 'w')\"\n"
-                     f"EDGE mr after\n{extra}")
-
-
-def ranks_written(tmp_path: Path, stem: str) -> list[tuple[int, int, str, str]]:
-    """(rank, size, PMC_HOSTS, SLURM_STEP_ID) each rank wrote ("-": not set)."""
-    out = []
-    for p in sorted(tmp_path.glob(f"{stem}.*")):
-        rank, size, hosts, step = p.read_text().split()
-        out.append((int(rank), int(size), hosts, step))
-    return out
-
+pytestmark = pytest.mark.mpi
 
 def test_two_rank_task_embedded(tmp_path: Path) -> None:
     dag = mpi_dag(tmp_path)

@@ -7,176 +7,21 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections import Counter, deque
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fakes import SimWorkers, run_sim, starts
 from pmctest import pmc, pmc_mpi, rescue_done, write_dag
 
 from pmc import log
 from pmc.core import protocol
-from pmc.core.events import Fanout, Observer
-from pmc.core.protocol import TaskResult, TaskSpec
-from pmc.dag import Task, parse_dag
+from pmc.core.events import Observer
+from pmc.core.protocol import TaskSpec
 from pmc.logsetup import LogOutput
-from pmc.options import RunOptions
 from pmc.outputs.eventlog import EventLog
 from pmc.outputs.metrics import make_registry
 from pmc.outputs.tally import Tally
-from pmc.runtime.master import Master
-
-
-class SimWorkers:
-    """The master's transport, with workers that obey the worker's rules: a task with
-    ``after`` waits for that task to end, RECALL gives queued tasks back (RETURNED at
-    once, before results still held), KILL gives them back and kills the running ones,
-    results wait (up to 2 steps) while every running task has a successor. Each poll is
-    one step of time: tasks whose ``steps`` ran out end, and their successors start."""
-
-    rank = 0
-
-    def __init__(self, workers: int, steps: dict[str, int], slots: int = 1,
-                 lose: dict[int, int] | None = None,
-                 hosts: dict[int, str] | None = None) -> None:
-        self.size = workers + 1
-        self.slots = slots
-        self.hosts = hosts or {}  # rank -> host name (default "sim")
-        self.steps = steps  # task name -> steps it runs (default 1)
-        self.lose = lose or {}  # rank -> step at which the worker dies
-        self.running: dict[int, dict[int, list[Any]]] = {r: {} for r in range(1, self.size)}
-        self.queued: dict[int, dict[int, TaskSpec]] = {r: {} for r in range(1, self.size)}
-        self.out: deque[tuple[int, protocol.Message]] = deque()
-        self.log: list[tuple[str, str, int]] = []  # (what, task name, rank)
-        self.sent: list[tuple[int, int]] = []  # (rank, tag) of every master message
-        self.specs: list[TaskSpec] = []  # every task sent
-        self.lost_queued: list[str] = []  # tasks queued on a worker when it died
-        self.dead: set[int] = set()
-        self.held: dict[int, list[TaskResult]] = {r: [] for r in range(1, self.size)}
-        self.held_since: dict[int, int] = {}
-        self._lost: list[int] = []
-        self.step = 0
-
-    def send(self, dest: int, msg: protocol.Message) -> None:
-        tag = msg[0]
-        self.sent.append((dest, tag))
-        if dest in self.dead:
-            return
-        if tag == protocol.CONFIG:
-            self.out.append((dest, (protocol.HELLO, protocol.VERSION,
-                                    self.hosts.get(dest, "sim"), 64, 1 << 20,
-                                    self.slots, 0, {})))
-        elif tag == protocol.TASKS:
-            self.specs.extend(msg[1])
-            for spec in msg[1]:
-                if spec.after in self.running[dest] or any(
-                        s.id == spec.after for s in self.queued[dest].values()):
-                    assert spec.after not in self.queued[dest], "one successor per task"
-                    self.queued[dest][spec.after] = spec
-                else:
-                    assert len(self.running[dest]) < self.slots, "no slot for a direct task"
-                    self.start(dest, spec)
-        elif tag in (protocol.RECALL, protocol.KILL):
-            returned = [s.id for s in self.queued[dest].values()]
-            self.queued[dest].clear()
-            if returned:
-                self.out.append((dest, (protocol.RETURNED, returned)))
-            if tag == protocol.KILL:
-                for spec, _left in list(self.running[dest].values()):
-                    self.end(dest, spec, -15)
-                self.flush(dest)
-        elif tag == protocol.SHUTDOWN:
-            self.out.append((dest, (protocol.BYE, None)))
-
-    def start(self, rank: int, spec: TaskSpec) -> None:
-        self.log.append(("start", spec.name, rank))
-        self.running[rank][spec.id] = [spec, self.steps.get(spec.name, 1)]
-
-    def end(self, rank: int, spec: TaskSpec, status: int = 0) -> None:
-        del self.running[rank][spec.id]
-        self.log.append(("end", spec.name, rank))
-        self.held[rank].append(
-            TaskResult(spec.id, spec.attempt, status, 0.0, 0.0, 0.0, 0, None, None))
-        self.held_since.setdefault(rank, self.step)
-        succ = self.queued[rank].pop(spec.id, None)
-        if succ is not None:
-            self.start(rank, succ)
-
-    def flush(self, rank: int) -> None:
-        hungry = any(tid not in self.queued[rank] for tid in self.running[rank])
-        if self.held[rank] and (hungry or not self.queued[rank]
-                                or self.step - self.held_since[rank] >= 2):
-            self.out.append((rank, (protocol.RESULTS, self.held[rank])))
-            self.held[rank] = []
-            del self.held_since[rank]
-
-    def poll(self, timeout: float | None) -> list[tuple[int, protocol.Message]]:
-        self.step += 1
-        for rank, running in self.running.items():
-            if rank in self.dead:
-                continue
-            if self.lose.get(rank) == self.step:
-                self.dead.add(rank)
-                self._lost.append(rank)
-                self.lost_queued.extend(s.name for s in self.queued[rank].values())
-                continue
-            for spec, _left in [v for v in running.values() if v[1] <= 1]:
-                self.end(rank, spec)
-            for entry in running.values():
-                entry[1] -= 1
-            self.flush(rank)
-        out = [m for m in self.out if m[0] not in self.dead]
-        self.out.clear()
-        return out
-
-    def fileno(self) -> int | None:
-        return None
-
-    def lost(self) -> list[int]:
-        lost, self._lost = self._lost, []
-        return lost
-
-    def abandon(self, rank: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-class Watch(Observer):
-    """The tasks observers saw dispatched, to compare with those that really started."""
-
-    def __init__(self) -> None:
-        self.names: list[str] = []
-
-    def dispatched(self, task: Task, seq: int, attempt: int, rank: int, host: str) -> None:
-        self.names.append(task.name)
-
-    def matches(self, sim: SimWorkers) -> bool:
-        """One dispatched event per start: none for tasks queued and given back."""
-        return Counter(self.names) == Counter(starts(sim))
-
-
-def run_sim(tmp_path: Path, dag_text: str, sim: SimWorkers,
-            observers: Sequence[Observer] = (), **opts: Any) -> tuple[Master, Watch, Any]:
-    dag_path = write_dag(tmp_path / "sim.dag", dag_text)
-    watch = Watch()
-    master = Master(sim, RunOptions(dag=str(dag_path), nolock=True, **opts),
-                    parse_dag(str(dag_path)), set(), Fanout([watch, *observers]), "local")
-    try:
-        info = master.start()
-        for obs in observers:
-            obs.started(info)
-        summary = master.loop()
-        master.shutdown_workers()
-    finally:
-        master.close()
-    return master, watch, summary
-
-
-def starts(sim: SimWorkers) -> list[str]:
-    return [name for what, name, _rank in sim.log if what == "start"]
 
 
 def tasks(n: int, prefix: str = "s") -> str:

@@ -21,8 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
-from pmctest import REPO, clean_env, write_dag
-from test_metrics import dashboard_queries
+from pmctest import REPO, clean_env, dashboard_queries, write_dag
 
 PROMETHEUS = shutil.which("prometheus")
 PROMTOOL = shutil.which("promtool")

@@ -11,7 +11,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from pmctest import DIAMOND, MPIEXEC, clean_env, pmc, pmc_mpi, write_dag
+from pmctest import DIAMOND, clean_env, mpiexec, pmc, pmc_mpi, write_dag
 
 CLUSTER_TASK = re.compile(
     r'^\[cluster-task name=(\w+), start="[0-9T:.+-]+", duration=\d+\.\d{3}, status=(-?\d+), '
@@ -341,18 +341,17 @@ def test_mpi_run_that_cannot_start_ends_every_rank(tmp_path: Path) -> None:
     assert r.returncode != 0 and "bad.dag:1" in r.stderr
 
 
+@pytest.mark.mpi
 def test_mpi_run_that_cannot_start_waits_for_a_late_worker(tmp_path: Path) -> None:
     # The master stops at once (the DAG is locked) while its worker, past MPI_Init, has
     # not yet answered the offer of a host socket: the SHUTDOWN that waits on that
     # answer must still reach the worker, or the worker and the job wait for ever.
-    if MPIEXEC is None:
-        pytest.skip("mpiexec not installed (pip install '.[mpi]')")
     dag = write_dag(tmp_path / "d.dag", DIAMOND)
     args = ["run", dag.name]
     # (MPI started as pmc starts it: ranks whose MPI settings differ may never meet.)
     late = ("import runpy, sys, time; import pmc.transport.mpi; time.sleep(2); "
             f"sys.argv = ['pmc', *{args!r}]; runpy.run_module('pmc', run_name='__main__')")
-    cmd = [MPIEXEC, "-n", "1", sys.executable, "-m", "pmc", *args,
+    cmd = [mpiexec(), "-n", "1", sys.executable, "-m", "pmc", *args,
            ":", "-n", "1", sys.executable, "-c", late]
     with open(dag, "r+") as held:
         fcntl.lockf(held, fcntl.LOCK_EX)  # a POSIX lock, as PMC takes
@@ -375,18 +374,17 @@ def test_mpi_workers_on_the_masters_host_talk_through_sockets(tmp_path: Path) ->
     assert SUMMARY.search(r.stdout) is not None
 
 
+@pytest.mark.mpi
 def test_mpi_workers_on_another_host_keep_to_mpi(tmp_path: Path) -> None:
     # Rank 2 runs under another host name (its own UTS namespace): it must answer the
     # master's offer with "no" and talk through MPI, while rank 1 uses the socket.
-    if MPIEXEC is None:
-        pytest.skip("mpiexec not installed (pip install '.[mpi]')")
     probe = subprocess.run(["unshare", "--uts", "true"], capture_output=True, check=False)
     if probe.returncode != 0:
         pytest.skip(f"cannot make a UTS namespace here: {probe.stderr.decode().strip()}")
     text = "".join(f"TASK t{i} /bin/sleep 0.02\n" for i in range(40))
     dag = write_dag(tmp_path / "m.dag", text)
     run = [sys.executable, "-m", "pmc", "run", "-v", "--host-cpus", "1", dag.name]
-    cmd = [MPIEXEC, "-n", "2", *run, ":", "-n", "1", "unshare", "--uts", "sh", "-c",
+    cmd = [mpiexec(), "-n", "2", *run, ":", "-n", "1", "unshare", "--uts", "sh", "-c",
            'hostname elsewhere && exec "$0" "$@"', *run]
     r = subprocess.run(cmd, cwd=tmp_path, env=clean_env(), capture_output=True, text=True,
                        timeout=180, check=False)

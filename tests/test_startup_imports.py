@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from pmctest import DIAMOND, MPIEXEC, clean_env, pmc, write_dag
+from pmctest import DIAMOND, clean_env, mpiexec, pmc, write_dag
 
 # Runs the command line as ``python -m pmc`` does, then says which of these it imported.
 PROBE = """
@@ -33,7 +33,7 @@ sys.exit(entry(sys.argv[2:]))
 
 def probe(args: list[str], cwd: Path, mpi: int = 0,
           program: str = PROBE) -> subprocess.CompletedProcess[str]:
-    launch = [MPIEXEC, "-n", str(mpi)] if mpi and MPIEXEC else []
+    launch = [mpiexec(), "-n", str(mpi)] if mpi else []
     return subprocess.run([*launch, sys.executable, "-c", program, *args], cwd=cwd,
                           env=clean_env(), capture_output=True, text=True, timeout=120)
 
@@ -47,11 +47,8 @@ def test_pmc_run_in_text_mode_imports_neither_batch_wing_nor_structlog(tmp_path:
     assert len(list(tmp_path.glob("d.dag.rescue"))) == 1
 
 
+@pytest.mark.mpi
 def test_worker_ranks_import_no_master_side(tmp_path: Path) -> None:
-    if MPIEXEC is None:
-        import pytest
-
-        pytest.skip("mpiexec not installed")
     dag = write_dag(tmp_path / "d.dag", DIAMOND)
     r = probe(["pegasus", "-s", dag.name], tmp_path, mpi=3)
     assert r.returncode == 0, r.stderr
@@ -73,9 +70,8 @@ OWN_PROBE = PROBE.replace(
     f"WATCH = {STDLIB_WATCH!r}")
 
 
+@pytest.mark.mpi
 def test_ranks_import_no_more_of_the_standard_library_than_they_use(tmp_path: Path) -> None:
-    if MPIEXEC is None:
-        pytest.skip("mpiexec not installed")
     bare = subprocess.run(
         [sys.executable, "-c",
          f"import sys; print(*(m for m in {STDLIB_WATCH!r} if m in sys.modules))"],

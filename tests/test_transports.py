@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from pmctest import MPIEXEC, clean_env, comm
+from pmctest import clean_env, comm, mpiexec
 
 from pmc import log
 from pmc.core import protocol
@@ -279,11 +279,9 @@ t.close()
     ("1", "0", 0),  # --no-sleep-on-recv: blocking receives, no host sockets
 ])
 def test_mpi_transport(tmp_path: Path, sockets: str, sleep: str, direct: int) -> None:
-    if MPIEXEC is None:
-        pytest.skip("mpiexec not installed (pip install '.[mpi]')")
     program = tmp_path / "prog.py"
     program.write_text(_MPI_PROGRAM)
-    r = subprocess.run([MPIEXEC, "-n", "3", sys.executable, str(program), sockets, sleep],
+    r = subprocess.run([mpiexec(), "-n", "3", sys.executable, str(program), sockets, sleep],
                        cwd=tmp_path, env=clean_env(), capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr

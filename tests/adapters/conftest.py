@@ -4,20 +4,17 @@ helper that runs the real ``pmc`` command line against them (see adapterkit.py).
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from pathlib import Path
 
 import pytest
 from adapterkit import FAKE_TOOLS, HERE, REPO, Fakes
-from pmctest import DIAMOND
+from pmctest import DIAMOND, mpiexec
 
 
 @pytest.fixture
 def fakes(tmp_path: Path) -> Fakes:
-    real_mpiexec = shutil.which("mpiexec")
-    if real_mpiexec is None:
-        pytest.skip("mpiexec (the mpi extra: pip install -e '.[mpi]') is not installed")
+    real_mpiexec = mpiexec()  # the pip MPI's, whatever else is on PATH
     bin_dir = tmp_path / "fakebin"
     bin_dir.mkdir()
     state = tmp_path / "state"

@@ -10,6 +10,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import pmctest
 import pytest
 from pmc.adapters import script_for
 from pmc.adapters.site import load_site
@@ -70,15 +71,11 @@ def test_pbs_examples_start_ranks_through_a_launcher_pbs_tracks() -> None:
             assert site.modules and site.setup, f"{site.source}: loads no site MPI"
 
 
+@pytest.mark.mpi
 def test_pip_mpiexec_refuses_the_pbs_launcher_instead_of_using_ssh() -> None:
     # What the PBS example does with the pip MPICH by mistake: fail at once, loudly.
-    import shutil
-
-    mpiexec = shutil.which("mpiexec")
-    if mpiexec is None:
-        pytest.skip("mpiexec (the mpi extra) is not installed")
     proc = subprocess.run(
-        [mpiexec, "-launcher", "pbs", "-n", "1", "true"],
+        [pmctest.mpiexec(), "-launcher", "pbs", "-n", "1", "true"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -14,8 +14,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import pytest
-from pmctest import MPIEXEC, clean_env, comm
+from pmctest import clean_env, comm, mpiexec
 
 
 def proc_stat(pid: int) -> tuple[int, int, int] | None:
@@ -182,9 +181,7 @@ def pmc_argv(args: Sequence[str]) -> list[str]:
 
 
 def mpi_argv(n: int, args: Sequence[str]) -> list[str]:
-    if MPIEXEC is None:
-        pytest.skip("mpiexec not installed (pip install '.[mpi]')")
-    return [MPIEXEC, "-n", str(n), sys.executable, "-m", "pmc", *args]
+    return [mpiexec(), "-n", str(n), sys.executable, "-m", "pmc", *args]
 
 
 def start(argv: Sequence[str], cwd: Path, out: Path | None = None,

@@ -9,7 +9,7 @@ import logging
 from pathlib import Path
 
 import pytest
-from test_prefetch import SimWorkers, run_sim
+from fakes import SimWorkers, run_sim
 
 from pmc import log
 from pmc.core.protocol import TaskSpec

@@ -35,7 +35,7 @@ from faultkit import (
     wait_gone,
     worker_rank,
 )
-from pmctest import MPIEXEC, clean_env, rescue_done
+from pmctest import clean_env, mpiexec, rescue_done
 
 pytestmark = pytest.mark.faults
 
@@ -50,9 +50,7 @@ def lines(path: Path) -> list[str]:
 
 
 def mpi_run(n: int, args: list[str]) -> list[str]:
-    if MPIEXEC is None:
-        pytest.skip("mpiexec not installed (pip install '.[mpi]')")
-    return [MPIEXEC, "-disable-auto-cleanup", "-n", str(n), sys.executable, "-m", "pmc",
+    return [mpiexec(), "-disable-auto-cleanup", "-n", str(n), sys.executable, "-m", "pmc",
             "run", *args]
 
 

@@ -11,8 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from pmctest import clean_env
-from test_multirank import mpi_dag, ranks_written
+from pmctest import clean_env, mpi_dag, ranks_written
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
 
