@@ -1,0 +1,45 @@
+"""Runs across the hosts of the multi-node test cluster (ci/cluster-up.sh), through the
+batch script ``pmc submit`` writes: pmc's ranks started by ``srun --mpi=pmi2`` or by
+Hydra's ``mpiexec`` (its Slurm bootstrap), ranks on every node, workers on other hosts
+than the master's talking MPI over the cluster's network. Each record names the host
+that ran the task; the host script runs once on each host."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from clusterkit import NODES, pmc, submit, task_hosts, wait_ended
+from pmctest import rescue_done
+
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("test_cluster")]
+
+TASKS = [f"t{i:02d}" for i in range(15)]
+
+
+def spread_dag(cwd: Path) -> str:
+    # Each task takes long enough that every worker gets some; each writes where it ran.
+    lines = [f"TASK {n} /bin/sh -c 'sleep 1; echo {n} $(hostname) >> ran.txt'" for n in TASKS]
+    (cwd / "spread.dag").write_text("\n".join(lines) + "\n")
+    (cwd / "hostscript.sh").write_text("#!/bin/sh\nhostname >> hostscript.txt\n")
+    (cwd / "hostscript.sh").chmod(0o755)
+    return "spread.dag"
+
+
+@pytest.mark.parametrize("launcher", ["srun", "mpiexec"])
+def test_tasks_run_on_every_node(tmp_path: Path, launcher: str) -> None:
+    dag = spread_dag(tmp_path)
+    job = submit(tmp_path, dag, "--set", f"launcher={launcher}",
+                 "--set", f"pmc.host_script={tmp_path / 'hostscript.sh'}")
+    status = wait_ended(tmp_path, job)
+    assert status.startswith(f"{job} COMPLETED"), status
+    assert rescue_done(tmp_path / "spread.dag.rescue") == TASKS
+    out = (tmp_path / f"slurm-{job}.out").read_text()
+    hosts = task_hosts(out)
+    assert sorted(hosts) == TASKS and all(len(h) == 1 for h in hosts.values()), hosts
+    # The records name the host each task ran on, and tasks ran on every node.
+    ran = dict(line.split() for line in (tmp_path / "ran.txt").read_text().splitlines())
+    assert {name: h[0] for name, h in hosts.items()} == ran
+    assert sorted(set(ran.values())) == NODES
+    assert sorted((tmp_path / "hostscript.txt").read_text().split()) == NODES
+    assert pmc(tmp_path, "status", dag).returncode == 0
