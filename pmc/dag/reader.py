@@ -119,23 +119,26 @@ def _parse(path: str, f: BinaryIO, helper: edgehelper.EdgeHelper | None = None) 
             helper.stop()
             helper = None
             split = -1
-    parents, children, edge_lines = reader.parents, reader.children, reader.edge_lines
     backward = reader.backward
     if split >= 0:
         assert helper is not None
         # The helper's edges follow every one of ours in the file.
-        ours = len(parents)
-        theirs_backward = helper.result(nlines, len(reader.tasks), parents, children)
+        ours = len(reader.parents)
+        theirs_backward = helper.result(nlines, len(reader.tasks), reader.parents,
+                                        reader.children)
         if theirs_backward is None:
             raise _HelperFailed
-        # Their line numbers would only be shown in an error, and an error makes
-        # parse_dag parse again alone.
-        edge_lines.frombytes(bytes(4 * (len(parents) - ours)))
         backward = backward or theirs_backward
+        if backward:
+            # Their line numbers would only be shown in an error, and an error makes
+            # parse_dag parse again alone.
+            reader.edge_lines.frombytes(bytes(4 * (len(reader.parents) - ours)))
     if reader.arrays:
         task_arrays.check_names(path, reader.tasks, reader.index, reader.arrays)
-    return build_dag(path, reader.tasks, reader.index, parents, children, edge_lines, backward,
-                     reader.arrays)
+    # build_dag lets each of these go once it is used up: nothing else may hold them.
+    edges = [reader.parents, reader.children, reader.edge_lines]
+    reader.parents = reader.children = reader.edge_lines = array("I")
+    return build_dag(path, reader.tasks, reader.index, edges, backward, reader.arrays)
 
 
 class _Reader:
