@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import os
-import resource
 import select
-import signal
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -39,6 +37,7 @@ from pmc.runtime.declared import missing_output
 from pmc.runtime.guard import Guard
 from pmc.runtime.hostinfo import close_on_exec_all
 from pmc.runtime.multirank import RankLauncher
+from pmc.runtime.spawn import exec_path, is_executable, spawn
 from pmc.runtime.taskio import (
     TAIL_BYTES,
     Pipe,
@@ -56,9 +55,6 @@ if TYPE_CHECKING:
 
 KILL_GRACE = 3.0  # seconds between SIGTERM and SIGKILL of a task's process group
 _FORWARD_FD_BASE = 100
-# Reset to their defaults in every task: the worker ignores SIGTTOU (see Worker) and
-# catches SIGTERM and SIGINT; Python ignores SIGPIPE.
-_TASK_SIGDEF = (signal.SIGPIPE, signal.SIGTERM, signal.SIGINT, signal.SIGTTOU)
 
 
 class Running:
@@ -178,6 +174,50 @@ class Launcher:
         if not argv:
             return self.fail_now(r, "empty command")
         r.app = argv[0]
+        env = self.task_env(spec)
+        if spec.hosts:
+            try:
+                argv, env, r.nodefile = self.ranks.prepare(spec, argv, env)
+            except (OSError, ValueError) as e:
+                return self.fail_now(r, f"cannot start its launcher: {e}")
+        try:
+            out_fd, err_fd = self.open_stdio(r)
+        except OSError as e:
+            close_stdio(r)
+            return self.fail_now(r, f"cannot open per-task output file: {e}")
+        moves = self.open_pipes(r, env)
+        write_ends = [high for high, _target in moves]
+        read_ends = list(r.pipes.open) if r.pipes is not None else []
+        acc = self.accounting
+        # A multi-rank task's ranks on this host share its cgroup: -m is per rank.
+        r.cgroup = acc.enter(spec.memory * spec.hosts[0][1] if spec.hosts else spec.memory)
+        if r.cgroup is None and acc.problem and acc.strict and spec.memory > 0:
+            # Its memory limit cannot be set: it must not run without one.
+            for fd in (*write_ends, *read_ends):
+                os.close(fd)
+            message = f"Task {spec.name}: {acc.problem}"
+            log.error(message)
+            return self.fail_now(r, message, out_fd)
+        r.start = time.time()
+        r.t0 = time.monotonic()
+        try:
+            self.spawn(r, argv, env, out_fd, err_fd, moves)
+        except OSError as e:
+            for fd in (*write_ends, *read_ends):
+                os.close(fd)
+            # What the reference's child writes to the task's stderr when execve fails
+            # (it then exits 1: the try's status is 256).
+            message = (f"Unable to exec command {exec_path(argv[0])} for task {spec.name}: "
+                       f"{os.strerror(e.errno) if e.errno else e}")
+            append(err_fd, message + "\n")
+            return self.fail_now(r, message, out_fd)
+        for fd in write_ends:
+            os.close(fd)
+        self.watch(r, read_ends)
+        return True
+
+    def task_env(self, spec: TaskSpec) -> dict[str, str]:
+        """The task's environment: the worker's, with what pmc tells each task."""
         env = self.base_env.copy()
         env["PMC_TASK"] = spec.name
         env["PMC_MEMORY"] = str(spec.memory)
@@ -191,98 +231,84 @@ class Launcher:
         if spec.gpus or self.gpu_host:
             env["CUDA_VISIBLE_DEVICES"] = env["ROCR_VISIBLE_DEVICES"] = env["PMC_GPUS"] = \
                 ",".join(spec.gpus or ())
-        if spec.hosts:
-            try:
-                argv, env, r.nodefile = self.ranks.prepare(spec, argv, env)
-            except (OSError, ValueError) as e:
-                return self.fail_now(r, f"cannot start its launcher: {e}")
+        return env
+
+    def open_stdio(self, r: Running) -> tuple[int, int]:
+        """The task's stdout and stderr (its own files or the worker's), and where its
+        stderr is for the tail of a failed try (OSError if a file cannot be opened)."""
         cfg = self.cfg
-        try:
-            if cfg.per_task_stdio:
-                r.out_fd, r.err_fd = open_task_stdio(os.path.join(self.dag_dir, spec.name))
-                out_fd, err_fd = r.out_fd, r.err_fd
-            else:
-                out_fd, err_fd = self.out_fd, self.err_fd
-        except OSError as e:
-            close_stdio(r)
-            return self.fail_now(r, f"cannot open per-task output file: {e}")
-        # Pipe write ends reach the task as fds 3, 4, ... (as in PMC: "A=3"), small enough
-        # for `echo >&$A` in any shell. They wait here at high, close-on-exec numbers so
-        # that the moves into place cannot overwrite each other.
+        if cfg.per_task_stdio:
+            r.out_fd, r.err_fd = open_task_stdio(os.path.join(self.dag_dir, r.spec.name))
+            r.err_path = os.readlink(f"/proc/self/fd/{r.err_fd}")
+            return r.out_fd, r.err_fd
+        r.err_path = self.err_path
+        # Where this try's stderr begins in the shared file, for its tail should it fail
+        # (one slot: nothing else writes there meanwhile).
+        r.err_offset = os.fstat(self.err_fd).st_size if cfg.worker_slots == 1 else -1
+        return self.out_fd, self.err_fd
+
+    def open_pipes(self, r: Running, env: dict[str, str]) -> list[tuple[int, int]]:
+        """The task's -f pipes: their read ends in ``r.pipes``, their variables in
+        ``env``; returns the moves (write end, fd in the task) for the spawn. The write
+        ends reach the task as fds 3, 4, ... (as in PMC: "A=3"), small enough for `echo
+        >&$A` in any shell; they wait here at high, close-on-exec numbers so that the
+        moves into place cannot overwrite each other."""
         moves: list[tuple[int, int]] = []
-        if spec.pipe_forwards:
-            pipes = r.pipes = Pipes(spec.name)
-            for i, (var, dest) in enumerate(spec.pipe_forwards):
-                rd, wr = os.pipe()
-                os.set_blocking(rd, False)
-                high = fcntl.fcntl(wr, fcntl.F_DUPFD_CLOEXEC, _FORWARD_FD_BASE)
-                os.close(wr)
-                moves.append((high, 3 + i))
-                env[var] = str(3 + i)
-                pipes.open[rd] = Pipe(var, dest)
-        write_ends = [high for high, _target in moves]
-        read_ends = list(r.pipes.open) if r.pipes is not None else []
-        acc = self.accounting
+        if not r.spec.pipe_forwards:
+            return moves
+        pipes = r.pipes = Pipes(r.spec.name)
+        for i, (var, dest) in enumerate(r.spec.pipe_forwards):
+            rd, wr = os.pipe()
+            os.set_blocking(rd, False)
+            high = fcntl.fcntl(wr, fcntl.F_DUPFD_CLOEXEC, _FORWARD_FD_BASE)
+            os.close(wr)
+            moves.append((high, 3 + i))
+            env[var] = str(3 + i)
+            pipes.open[rd] = Pipe(var, dest)
+        return moves
+
+    def spawn(self, r: Running, argv: list[str], env: dict[str, str], out_fd: int,
+              err_fd: int, moves: list[tuple[int, int]]) -> None:
+        """Start the task's process inside its cgroup (OSError if it cannot start: its
+        cgroup is given up)."""
+        spec, cfg, acc = r.spec, self.cfg, self.accounting
         rlimit = cfg.strict_limits and spec.memory > 0 and acc.limits == "rlimit"
         bind = cfg.set_affinity and bool(spec.affinity)  # else PMC_AFFINITY only
-        if cfg.per_task_stdio:
-            r.err_path = os.readlink(f"/proc/self/fd/{err_fd}")
-        else:
-            r.err_path = self.err_path
-            # Where this try's stderr begins in the shared file, for its tail should it
-            # fail (one slot: nothing else writes there meanwhile).
-            r.err_offset = os.fstat(err_fd).st_size if cfg.worker_slots == 1 else -1
-        # A multi-rank task's ranks on this host share its cgroup: -m is per rank.
-        r.cgroup = acc.enter(spec.memory * spec.hosts[0][1] if spec.hosts else spec.memory)
-        if r.cgroup is None and acc.problem and acc.strict and spec.memory > 0:
-            # Its memory limit cannot be set: it must not run without one.
-            for fd in (*write_ends, *read_ends):
-                os.close(fd)
-            message = f"Task {spec.name}: {acc.problem}"
-            log.error(message)
-            return self.fail_now(r, message, out_fd)
-        r.start = time.time()
-        r.t0 = time.monotonic()
         try:
             try:
-                try:
-                    _spawn(r, None, argv, env, out_fd, err_fd, moves, bind, rlimit)
-                except FileNotFoundError:
-                    # The reference runs a bare name that is an executable file in the
-                    # working directory before it searches PATH; looked at only when the
-                    # PATH search failed, so that the usual launch costs no extra stat.
-                    if "/" in argv[0] or not _is_executable(argv[0]):
-                        raise
-                    _spawn(r, argv[0], argv, env, out_fd, err_fd, moves, bind, rlimit)
+                r.pid, r.popen = spawn(spec, None, argv, env, out_fd, err_fd, moves, bind,
+                                       rlimit)
+            except FileNotFoundError:
+                # The reference runs a bare name that is an executable file in the
+                # working directory before it searches PATH; looked at only when the
+                # PATH search failed, so that the usual launch costs no extra stat.
+                if "/" in argv[0] or not is_executable(argv[0]):
+                    raise
+                r.pid, r.popen = spawn(spec, argv[0], argv, env, out_fd, err_fd, moves,
+                                       bind, rlimit)
             finally:
                 if r.cgroup is not None:
                     acc.leave()
-        except OSError as e:
+        except OSError:
             if r.cgroup is not None:
                 acc.abandon(r.cgroup)
                 r.cgroup = None
-            for fd in (*write_ends, *read_ends):
-                os.close(fd)
-            # What the reference's child writes to the task's stderr when execve fails
-            # (it then exits 1: the try's status is 256).
-            message = (f"Unable to exec command {_exec_path(argv[0])} for task {spec.name}: "
-                       f"{os.strerror(e.errno) if e.errno else e}")
-            append(err_fd, message + "\n")
-            return self.fail_now(r, message, out_fd)
-        for fd in write_ends:
-            os.close(fd)
+            raise
+
+    def watch(self, r: Running, read_ends: list[int]) -> None:
+        """A started task: its exit and pipes in the poller, its group in the guard's
+        table, its start noted for the master."""
         poller = self.poller
         r.pidfd = os.pidfd_open(r.pid)
         poller.add(r.pidfd, r)
         for fd in read_ends:
             poller.add(fd, (r, fd))
         self.running[r.pid] = r
-        self.running_ids.add(spec.id)
-        self.starts.append((spec.id, r.start))
+        self.running_ids.add(r.spec.id)
+        self.starts.append((r.spec.id, r.start))
         r.guard_slot = self.guard.hold(r.pid)
         if self.debug:
-            log.debug(f"Task {spec.name} started as pid {r.pid}")
-        return True
+            log.debug(f"Task {r.spec.name} started as pid {r.pid}")
 
     def fail_now(self, r: Running, message: str, out_fd: int = -1) -> bool:
         """A try that ended before its program ran (it could not be started, its output
@@ -328,64 +354,11 @@ class Launcher:
         if r.nodefile:
             self.ranks.done(r.nodefile)
         if self.debug:
-            if status & 0x7F:
-                log.debug(f"Task {spec.name} exited on signal {signal_of(status)} "
-                          f"({status}) in {duration:f} seconds")
-            else:
-                log.debug(f"Task {spec.name} exited with status {exit_code_of(status)} "
-                          f"({status}) in {duration:f} seconds")
-        del self.running[r.pid]
-        self.running_ids.discard(spec.id)
-        # Taken out of the epoll before it is closed: a task being spawned meanwhile may
-        # still hold a copy of every fd (a vfork child lets its parent go on at exec,
-        # before it closes its close-on-exec fds), and a registration lasts as long as
-        # any copy of its fd.
-        self.poller.remove(r.pidfd)
-        os.close(r.pidfd)
-        self.guard.release(r.guard_slot)
-        pipes = r.pipes
-        error = None
-        if pipes is not None:
-            for fd in list(pipes.open):
-                self.read_pipe(r, fd)
-                if fd in pipes.open:  # still open (a grandchild holds it): take what is there
-                    self.poller.remove(fd)
-                    pipes.close(fd)
-            error = pipes.error
-        forwards: list[tuple[str, bytes]] = []
-        if status == 0 and error is None and spec.outputs:
-            error = missing_output(self.dag_dir, spec.outputs)
-            if error is not None:
-                log.error(f"Task {spec.name} failed: {error}")
-        if status == 0 and error is None:
-            if pipes is not None:
-                forwards = pipes.in_memory()
-            for src, dest in spec.file_forwards or ():
-                data, problem = read_forward_file(spec.name, src)
-                if problem:
-                    log.error(problem)
-                    error = problem
-                    break
-                if data:
-                    forwards.append((dest, data))
-            # Only once the files are read (as the reference, which reads them before it
-            # sends any data): a try that fails forwards nothing.
-            if pipes is not None and error is None and pipes.spilled():
-                error = pipes.send_spilled(spec, self.send)
-                if error is not None:
-                    log.error(error)
-        if spec.file_forwards:
-            # Removed whatever happened to the try, as the reference does.
-            remove_forward_files(spec.name, spec.file_forwards)
-        if pipes is not None:
-            pipes.drop()
-        if error is not None:
-            forwards = []
-            if pipes is not None and error is pipes.error:
-                # File-forward problems were logged as found.
-                log.error(f"Task {spec.name} failed: {error}")
-            if status == 0:
-                status = FAILED_STATUS
+            _log_exit(spec.name, status, duration)
+        self.forget(r)
+        forwards, error = self.take_forwards(r, status)
+        if error is not None and status == 0:
+            status = FAILED_STATUS
         record = cluster_task_record(
             spec.name, spec.pegasus_id, r.start, duration, status, r.app, self.hostname,
             self.rank, spec.cpus * spec.ranks, spec.memory * spec.ranks,
@@ -405,56 +378,84 @@ class Launcher:
             r.err_path if status != 0 else None, tail_text))
         return wstatus
 
+    def forget(self, r: Running) -> None:
+        """An exited task out of the running set, the poller and the guard's table."""
+        del self.running[r.pid]
+        self.running_ids.discard(r.spec.id)
+        # Taken out of the epoll before it is closed: a task being spawned meanwhile may
+        # still hold a copy of every fd (a vfork child lets its parent go on at exec,
+        # before it closes its close-on-exec fds), and a registration lasts as long as
+        # any copy of its fd.
+        self.poller.remove(r.pidfd)
+        os.close(r.pidfd)
+        self.guard.release(r.guard_slot)
+
+    def take_forwards(self, r: Running, status: int) -> tuple[list[tuple[str, bytes]],
+                                                                str | None]:
+        """What an exited try forwards to the master (its pipes' data, its -F files), and
+        why the try failed though its status is 0 (a pipe or file that could not be
+        read, an output it declared missing), or None. A failed try forwards nothing."""
+        spec, pipes = r.spec, r.pipes
+        error = None
+        if pipes is not None:
+            for fd in list(pipes.open):
+                self.read_pipe(r, fd)
+                if fd in pipes.open:  # still open (a grandchild holds it): take what is there
+                    self.poller.remove(fd)
+                    pipes.close(fd)
+            error = pipes.error
+        forwards: list[tuple[str, bytes]] = []
+        if status == 0 and error is None and spec.outputs:
+            error = missing_output(self.dag_dir, spec.outputs)
+            if error is not None:
+                log.error(f"Task {spec.name} failed: {error}")
+        if status == 0 and error is None:
+            forwards, error = self.read_forwards(r)
+        if spec.file_forwards:
+            # Removed whatever happened to the try, as the reference does.
+            remove_forward_files(spec.name, spec.file_forwards)
+        if pipes is not None:
+            pipes.drop()
+        if error is None:
+            return forwards, None
+        if pipes is not None and error is pipes.error:
+            # File-forward problems were logged as found.
+            log.error(f"Task {spec.name} failed: {error}")
+        return [], error
+
+    def read_forwards(self, r: Running) -> tuple[list[tuple[str, bytes]], str | None]:
+        """A successful try's forwards: its pipes' data held in memory, its -F files;
+        spilled pipe data is sent now, once the files are read (as the reference, which
+        reads them before it sends any data)."""
+        spec, pipes = r.spec, r.pipes
+        forwards = pipes.in_memory() if pipes is not None else []
+        for src, dest in spec.file_forwards or ():
+            data, problem = read_forward_file(spec.name, src)
+            if problem:
+                log.error(problem)
+                return forwards, problem
+            if data:
+                forwards.append((dest, data))
+        if pipes is not None and pipes.spilled():
+            error = pipes.send_spilled(spec, self.send)
+            if error is not None:
+                log.error(error)
+                return forwards, error
+        return forwards, None
+
     def signal_all(self, sig: int) -> None:
         """Send ``sig`` to every running task's process group."""
         for r in self.running.values():
             signal_group(r.pid, sig)
 
 
-def _spawn(r: Running, path: str | None, argv: list[str], env: dict[str, str], out_fd: int,
-           err_fd: int, moves: list[tuple[int, int]], bind: bool, rlimit: bool) -> None:
-    """Start the task's process in its own process group (same session); ``path``: the
-    file to run, None for argv[0] searched in PATH. Bound to its cpus (``bind``) or
-    limited to its -m (``rlimit``), through a pre-exec hook."""
-    if bind or rlimit:
-        import subprocess  # only here: a worker whose tasks need none saves its import
-
-        r.popen = subprocess.Popen(
-            argv, executable=path, env=env, stdin=subprocess.DEVNULL, stdout=out_fd,
-            stderr=err_fd,
-            close_fds=False,  # every fd of the worker is close-on-exec already
-            process_group=0, preexec_fn=_limits(r.spec, bind, rlimit, moves),
-        )
-        r.pid = r.popen.pid
-        return
-    r.pid = (os.posix_spawnp if path is None else os.posix_spawn)(
-        argv[0] if path is None else path, argv, env,
-        file_actions=[
-            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-            (os.POSIX_SPAWN_DUP2, out_fd, 1),
-            (os.POSIX_SPAWN_DUP2, err_fd, 2),
-            *((os.POSIX_SPAWN_DUP2, high, target) for high, target in moves),
-        ],
-        setpgroup=0,
-        setsigdef=_TASK_SIGDEF,
-    )
-
-
-def _limits(spec: TaskSpec, bind: bool, rlimit: bool,
-            moves: list[tuple[int, int]]) -> Callable[[], None]:
-    affinity = spec.affinity if bind else None
-    limit = spec.memory * 1024 * 1024 if rlimit else 0
-
-    def apply() -> None:
-        for high, target in moves:
-            os.dup2(high, target)  # inheritable, unlike the source
-        if affinity:
-            os.sched_setaffinity(0, affinity)
-        if limit:
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-        signal.signal(signal.SIGTTOU, signal.SIG_DFL)  # ignored by the worker
-
-    return apply
+def _log_exit(name: str, status: int, duration: float) -> None:
+    if status & 0x7F:
+        log.debug(f"Task {name} exited on signal {signal_of(status)} ({status}) in "
+                  f"{duration:f} seconds")
+    else:
+        log.debug(f"Task {name} exited with status {exit_code_of(status)} ({status}) in "
+                  f"{duration:f} seconds")
 
 
 def close_stdio(r: Running) -> None:
@@ -462,24 +463,6 @@ def close_stdio(r: Running) -> None:
         if fd >= 0:
             os.close(fd)
     r.out_fd = r.err_fd = -1
-
-
-def _is_executable(path: str) -> bool:
-    """A regular file this process may execute (the reference's test)."""
-    return os.path.isfile(path) and os.access(path, os.X_OK)
-
-
-def _exec_path(name: str) -> str:
-    """The file the reference would have tried to execute for argv[0] ``name``: as
-    given if it has a slash or is an executable file here, else the first executable
-    file of that name in PATH, else the name itself. Only for the message of a failed
-    start."""
-    if not name or "/" in name or _is_executable(name):
-        return name
-    for d in os.environ.get("PATH", "").split(":"):
-        if d and _is_executable(f"{d}/{name}"):
-            return f"{d}/{name}"
-    return name
 
 
 def signal_group(pgid: int, sig: int) -> bool:
