@@ -309,30 +309,69 @@ def render_script(
     the last link exits with pmc run's status, the workflow's.
     """
     sched.check(site)
-    if max_jobs > 1 and site.pmc.get("skip_rescue"):
+    chained = max_jobs > 1
+    if chained and site.pmc.get("skip_rescue"):
         raise AdapterError(
             f"{site.source}: pmc.skip_rescue: a chain resumes from the rescue log; "
             "it cannot be combined with skip_rescue"
         )
-    q = shlex.quote
+    lines = _header(sched, site, dag, chained)
+    lines += _setup(sched, site)
+    lines += _identity(sched, site)
+    ahead = chained and follow_up == "ahead" and sched.queue_ahead
+    if chained:
+        lines += chain_start(chain_file_of(dag), sched.name, max_jobs, sched.chain_lines(site),
+                             script_path, ahead)
+    lines += _run(site, dag, chained)
+    if chained:
+        lines += chain_end(max_jobs, sched.cancel_argv('"$pmc_next"') if ahead else None)
+    lines += sched.epilogue(site)
+    lines.append('exit "$rc"')
+    return "\n".join(lines) + "\n"
+
+
+def _header(sched: Scheduler, site: Site, dag: str, chained: bool) -> list[str]:
+    """The shebang, the scheduler's directives and what the script is."""
     job_name = one_line("job name", site.job_name or default_job_name(dag))
     lines = ["#!/bin/bash"]
     lines += sched.directive_lines(site, job_name)
     lines += sched.trailer()
     lines += [
-        f"# pmc batch script for site {q(one_line('site', site.name))}"
+        f"# pmc batch script for site {shlex.quote(one_line('site', site.name))}"
         f" ({sched.name}, launcher {site.launcher}).",
         "# Every value from the profile is quoted; only the setup lines are raw shell.",
         _walltime_comment(site),
     ]
-    if max_jobs > 1:
+    if chained:
         lines.append(CHAIN_MARK)
-    lines += sched.prologue(site)
+    return lines
+
+
+def _setup(sched: Scheduler, site: Site) -> list[str]:
+    """The scheduler's prologue, the profile's modules, environment and setup lines."""
+    q = shlex.quote
+    lines = sched.prologue(site)
     lines += [f"module load {q(m)}" for m in site.modules]
     lines += [f"export {k}={q(v)}" for k, v in site.environment]
     if site.setup:
         lines.append("# setup: raw shell lines from the profile")
         lines += list(site.setup)
+    return lines
+
+
+def _identity(sched: Scheduler, site: Site) -> list[str]:
+    return [
+        "# Who this run is, for pmc run's logs and metrics.",
+        f'PMC_JOB_ID="${{{sched.job_id_var}:-}}"',
+        'PMC_CHAIN_INDEX="${PMC_CHAIN_INDEX:-1}"',
+        f"PMC_SITE_NAME={shlex.quote(site.name)}",
+        "export PMC_JOB_ID PMC_CHAIN_INDEX PMC_SITE_NAME",
+    ]
+
+
+def _run(site: Site, dag: str, chained: bool) -> list[str]:
+    """The signals' traps, the launch of pmc run, and its status in ``$rc``: the
+    workflow's record's where the launcher's is not the workflow's."""
     launch = launch_argv(
         site.launcher,
         ranks=site.ranks,
@@ -342,20 +381,9 @@ def render_script(
         command=command_argv(site, dag),
         mpi=site.mpi,
         exported=["PATH", *(k for k, _ in site.environment), "PMC_JOB_ID",
-                  "PMC_CHAIN_INDEX", "PMC_SITE_NAME", *(["PMC_CHAIN_ID"] if max_jobs > 1 else [])],
+                  "PMC_CHAIN_INDEX", "PMC_SITE_NAME", *(["PMC_CHAIN_ID"] if chained else [])],
     )
-    lines += [
-        "# Who this run is, for pmc run's logs and metrics.",
-        f'PMC_JOB_ID="${{{sched.job_id_var}:-}}"',
-        'PMC_CHAIN_INDEX="${PMC_CHAIN_INDEX:-1}"',
-        f"PMC_SITE_NAME={q(site.name)}",
-        "export PMC_JOB_ID PMC_CHAIN_INDEX PMC_SITE_NAME",
-    ]
-    ahead = max_jobs > 1 and follow_up == "ahead" and sched.queue_ahead
-    if max_jobs > 1:
-        lines += chain_start(chain_file_of(dag), sched.name, max_jobs, sched.chain_lines(site),
-                             script_path, ahead)
-    lines += [
+    return [
         "# A TERM at the time limit must not end this script before pmc has saved its",
         "# state; pmc gets the signal itself.",
         "pmc_term=0",
@@ -380,11 +408,6 @@ def render_script(
         "    esac",
         "fi",
     ]
-    if max_jobs > 1:
-        lines += chain_end(max_jobs, sched.cancel_argv('"$pmc_next"') if ahead else None)
-    lines += sched.epilogue(site)
-    lines.append('exit "$rc"')
-    return "\n".join(lines) + "\n"
 
 
 def chain_file_of(dag: str) -> str:
