@@ -130,6 +130,17 @@ class Engine:
         self.nreused = 0  # not run: declared outputs up to date (--reuse)
         self.npassed = 0  # joins of task arrays done
         self.recovered = 0  # tasks DONE from the rescue log
+        self._mark_finished(done, reused)
+        roots, runs = self._find_ready()
+        self.nready = len(roots) + sum(end - first for first, end in runs)
+        # The tasks ready at the start, in DAG order, for the master to announce (then
+        # dropped): found here once rather than searched for again.
+        self.initial: list[int] = roots
+        self.new_runs = runs
+        self._fill_heaps(roots, runs)
+
+    def _mark_finished(self, done: Iterable[int], reused: Iterable[int]) -> None:
+        """At the start: the tasks the rescue log says are DONE, those --reuse reuses."""
         state = self.state
         for task_id in done:
             if state[task_id] != State.DONE:
@@ -140,8 +151,11 @@ class Engine:
             if state[task_id] == _WAITING:
                 state[task_id] = _REUSED
                 self.nreused += 1
-        waiting_on = self.waiting_on
-        runs: list[tuple[int, int]] = []
+
+    def _find_ready(self) -> tuple[list[int], list[tuple[int, int]]]:
+        """At the start: the tasks ready (their state READY), as the root ids and the
+        runs of array members (first, one past the last)."""
+        dag, state, waiting_on = self.dag, self.state, self.waiting_on
         if self.ndone or self.nreused or dag.arrays:
             for finished in (_DONE, _REUSED):
                 for task_id in self.ids_in(State(finished)):
@@ -150,20 +164,17 @@ class Engine:
             if dag.arrays:
                 self._pass_joins()
             state[:] = _readied(state, waiting_on)
-            roots, runs = self._ready_at_start()
-        else:
-            # No rescue log: READY (1) exactly where no parent is, built in C, not a
-            # Python loop over a million tasks.
-            state[:] = bytes(map(not_, waiting_on))
-            roots = list(compress(_ids(dag), state))
-        self.nready = len(roots) + sum(end - first for first, end in runs)
-        # The tasks ready at the start, in DAG order, for the master to announce (then
-        # dropped): found here once rather than searched for again.
-        self.initial: list[int] = roots
-        self.new_runs = runs
+            return self._ready_at_start()
+        # No rescue log: READY (1) exactly where no parent is, built in C, not a Python
+        # loop over a million tasks.
+        state[:] = bytes(map(not_, waiting_on))
+        return list(compress(_ids(dag), state)), []
+
+    def _fill_heaps(self, roots: list[int], runs: list[tuple[int, int]]) -> None:
+        """The ready classes' heaps at the start."""
         # Tasks share their TaskOptions (one for every task with the same option text):
         # the distinct ones among the roots are few, whatever their number.
-        tasks = dag.tasks
+        tasks, order = self.dag.tasks, self.order
         heads = roots + [first for first, _end in runs] if runs else roots
         kinds = {(request_of(o), o.priority)
                  for o in set(map(options_of, map(tasks.__getitem__, heads)))}

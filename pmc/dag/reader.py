@@ -174,12 +174,12 @@ class _Reader:
              theirs: bool) -> None:
         """Read ``lines`` from line ``before + 1`` on (``plain``: is_plain vouches for them;
         ``quoting``: they may quote; ``theirs``: their EDGEs are the edge helper's)."""
-        path, tasks, index, shared = self.path, self.tasks, self.index, self.options
+        path, tasks, index, shared, arrays = (self.path, self.tasks, self.index, self.options,
+                                              self.arrays)
         add_task, add_parent = tasks.append, self.parents.append
         add_child, add_line = self.children.append, self.edge_lines.append
         pegasus, last_command, backward = self.pegasus, self.last_command, self.backward
         prefix, cut, last_options = shared.prefix, shared.cut, shared.last
-        arrays = self.arrays
         add_at, plain_task, pegasus_task = self.lines.append, self.plain_task, self.pegasus_task
         for lineno, line in enumerate(lines, before + 1):
             # At most three fields: the rest of a TASK line is its command, kept as
@@ -215,33 +215,27 @@ class _Reader:
                         # The common line: no options, no quotes. (split_fields leaves no
                         # trailing blank; rstrip() would also take Unicode spaces.)
                         command = rest.rstrip() if plain else rest
-                        options = DEFAULT_OPTIONS
+                        opts = DEFAULT_OPTIONS
                     elif plain and rest.startswith(prefix) and rest[cut : cut + 1] not in _NOT_CMD:
                         command = rest[cut:].rstrip()  # the options of the last line with some
-                        options = last_options
+                        opts = last_options
                     elif plain:
-                        command, options = shared.split(rest)
+                        command, opts = shared.split(rest)
                         prefix, cut, last_options = shared.prefix, shared.cut, shared.last
                 if command is not None:
                     # Generated DAGs often repeat one command: keep one copy of a run.
-                    if command == last_command:
-                        command = last_command
-                    last_command = command
+                    command = last_command = (last_command if command == last_command
+                                              else command)
                     # Not Task(...): in Python 3.11 the call costs three times these lines.
                     task = new_task(plain_task if pegasus is None else pegasus_task)
-                    task.id, task.name, task.command, task._options = (tid, parts[1],
-                                                                       command, options)
+                    task.id, task.name, task.command, task._options = tid, parts[1], command, opts
                 else:
-                    parsed = parse_task(path, lineno, line, parts, tid)
-                    if isinstance(parsed, task_arrays.ArrayDef):  # a task array (extension)
-                        task_arrays.define(parsed, path, line, tasks, index, arrays, pegasus)
-                        self.lines.extend(array("I", [lineno]) * (len(tasks) - len(self.lines)))
+                    general = self.general_task(lineno, line, parts, tid, pegasus)
+                    prefix, cut, last_options = shared.prefix, shared.cut, shared.last
+                    if general is None:  # a task array (extension), its members taken
                         pegasus = None
-                        shared.waiting = None
                         continue
-                    task = parsed  # a LinedTask: room for a Pegasus id
-                    if shared.waiting is not None and shared.learn(task):
-                        prefix, cut, last_options = shared.prefix, shared.cut, shared.last
+                    task = general
                 if pegasus is not None:
                     # A plain decimal SEQ is kept as its distance from the id (see
                     # Task.pegasus_id): one shared small int when SEQ counts with it.
@@ -251,17 +245,26 @@ class _Reader:
                     raise _duplicate(path, lineno, line, tasks[index[task.name]])
                 add_task(task)
                 add_at(lineno)
-            elif kind == "#@" and plain and len(parts) == 3 and (
-                " " in (tail := parts[2].rstrip()) or "\t" in tail or "\r" in tail
-            ):  # "#@ SEQ TRANSFORMATION DAX_ID ...": in an is_plain block, two fields or more
-                seq = parts[1]  # an int when it reads back the same (see Task.pegasus_id)
-                pegasus = int(seq) if seq.isdigit() and seq[0] != "0" else seq
-            elif kind[0] == "#":
-                if kind.startswith("#@"):
-                    pegasus = pegasus_seq(path, lineno, line)
-            else:
+            elif kind.startswith("#@"):
+                pegasus = _seq(path, lineno, line, parts, plain)
+            elif kind[0] != "#":
                 raise _unknown(path, lineno, line, kind)
         self.pegasus, self.last_command, self.backward = pegasus, last_command, backward
+
+    def general_task(self, lineno: int, line: str, parts: list[str], tid: int,
+                     pegasus: int | str | None) -> Task | None:
+        """A TASK line the fast path did not take (options, quotes): its task, or None
+        for a task array, whose members are added here."""
+        shared, tasks = self.options, self.tasks
+        parsed = parse_task(self.path, lineno, line, parts, tid)
+        if isinstance(parsed, task_arrays.ArrayDef):
+            task_arrays.define(parsed, self.path, line, tasks, self.index, self.arrays, pegasus)
+            self.lines.extend(array("I", [lineno]) * (len(tasks) - len(self.lines)))
+            shared.waiting = None
+            return None
+        if shared.waiting is not None:  # a LinedTask: room for a Pegasus id
+            shared.learn(parsed)
+        return parsed
 
     def array_edge(self, lineno: int, line: str) -> bool:
         """An EDGE line the fast path could not take in a DAG with task arrays."""
@@ -323,6 +326,17 @@ class _SharedOptions:
         self.prefix = prefix
         self.cut = len(prefix)
         return True
+
+
+def _seq(path: str, lineno: int, line: str, parts: list[str], plain: bool) -> int | str:
+    """The SEQ of a "#@ SEQ TRANSFORMATION DAX_ID ..." line: an int when it reads back
+    the same (see Task.pegasus_id). In an is_plain block, two fields or more after SEQ
+    need no second look."""
+    if parts[0] == "#@" and plain and len(parts) == 3 and (
+            " " in (tail := parts[2].rstrip()) or "\t" in tail or "\r" in tail):
+        seq = parts[1]
+        return int(seq) if seq.isdigit() and seq[0] != "0" else seq
+    return pegasus_seq(path, lineno, line)
 
 
 def _self_edge(path: str, lineno: int, line: str, name: str) -> DagError:
