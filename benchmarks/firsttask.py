@@ -3,6 +3,8 @@
     python benchmarks/firsttask.py                         # 1M tasks + 1M edges, 3 rounds
     python benchmarks/firsttask.py --shapes options --reference /path/to/pegasus-mpi-cluster
     python benchmarks/firsttask.py --trees old=/tmp/base,new=. --rounds 5
+    python benchmarks/firsttask.py --size 10000000 --shapes options --rounds 1 \
+        --window 10 --timeout 900 --reference /path/to/pegasus-mpi-cluster   # 10M
 
 Shapes (those of ``benchmarks/scale.py``): "plain" (``TASK t12 /bin/true -n 12``),
 "options" (``TASK t12 -m 1 -c 1 /bin/true arg12``, as planners write them) and "pegasus"
@@ -21,7 +23,10 @@ so that the machine's drift falls on all alike. Reported per shape and runner: t
 median (and range) of first-task seconds, of the cpu seconds its processes had used by
 then (utime + stime from /proc, polled every 20 ms with the peaks: on a shared machine
 it moves less than the wall time), and the highest peak RSS (VmHWM, polled every
-20 ms) of the master, of the edge helper and of any other process of the run.
+20 ms) of the master, of the edge helper and of any other process of the run. With
+``--window S`` each run goes on for S seconds after its first task, and the tasks started
+in that time (every task adds a byte to a count file) give the throughput at the start;
+the peaks then run to the window's end.
 """
 
 from __future__ import annotations
@@ -54,8 +59,9 @@ OMPI_MPIEXEC = "/usr/bin/mpiexec.openmpi"
 # Runs as every task; "$0.stamp" is next to the script. set -C: only the first writes.
 # The run's token (tasks inherit the environment) before the time: a task of a run
 # before, killed as it started, may still write.
+# Every task adds a byte to "$0.count": the tasks started, for the throughput at the start.
 _STAMP_SCRIPT = ('#!/bin/sh\nset -C\n{ echo "$FIRSTTASK_RUN $(date +%s.%N)" > "$0.stamp"; } '
-                 '2>/dev/null\nexit 0\n')
+                 '2>/dev/null\nprintf . >> "$0.count"\nexit 0\n')
 
 
 def write_shape(work: Path, shape: str, n: int, script: Path) -> Path:
@@ -104,9 +110,13 @@ def _descendants(pid: int) -> list[int]:
 
 
 def first_task(argv: list[str], stamp: Path, cwd: Path, env: dict[str, str],
-               timeout: float = 300) -> dict[str, float]:
-    """Start ``argv``; seconds until the stamp's time, and peak RSS by kind of process."""
+               timeout: float = 300, window: float = 0.0) -> dict[str, float]:
+    """Start ``argv``; seconds until the stamp's time, peak RSS by kind of process, and
+    with ``window`` the tasks started per second in that many seconds from the first."""
     stamp.unlink(missing_ok=True)
+    count = Path(f"{stamp.with_suffix('')}.count")
+    count.unlink(missing_ok=True)
+    first = cpu = 0.0
     peaks = {"master": 0.0, "helper": 0.0, "other": 0.0}
     token = str(time.time_ns())
     t0 = time.time()
@@ -117,10 +127,10 @@ def first_task(argv: list[str], stamp: Path, cwd: Path, env: dict[str, str],
     ticks: dict[int, int] = {}  # cpu of each process of the run, last seen
     try:
         text = ""
-        while not text.endswith("\n"):
+        while not text.endswith("\n") or time.time() < first + window:
             if proc.poll() is not None:
                 raise RuntimeError(f"exit {proc.returncode} before a task started: {argv}")
-            if time.time() - t0 > timeout:
+            if not first and time.time() - t0 > timeout:
                 raise RuntimeError(f"no task started in {timeout} s: {argv}")
             master = _master(proc.pid, argv)
             forked = children_of(master)
@@ -136,6 +146,8 @@ def first_task(argv: list[str], stamp: Path, cwd: Path, env: dict[str, str],
                 except (OSError, ValueError, IndexError):
                     pass  # gone: its last figure stays
             time.sleep(0.02)
+            if first:
+                continue
             try:
                 text = stamp.read_text()
             except FileNotFoundError:
@@ -144,7 +156,11 @@ def first_task(argv: list[str], stamp: Path, cwd: Path, env: dict[str, str],
                 # A task of a run before, killed as it started: not this run's.
                 stamp.unlink(missing_ok=True)
                 text = ""
-        return {"first_s": float(text.split()[1]) - t0, "cpu_s": sum(ticks.values()) / TICK,
+            elif text.endswith("\n"):
+                first = float(text.split()[1])
+                cpu = sum(ticks.values()) / TICK
+        started = count.stat().st_size if window and count.exists() else 0
+        return {"first_s": first - t0, "cpu_s": cpu, "rate": started / window if window else 0,
                 **{f"{k}_mb": v for k, v in peaks.items()}}
     finally:
         seen.update(_descendants(proc.pid))
@@ -173,12 +189,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shapes", default="plain,options,pegasus")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--timeout", type=float, default=300, help="seconds to the first task")
     p.add_argument("--trees", default=f"pmc={Path(__file__).resolve().parent.parent}",
                    help="NAME=CHECKOUT,...: pmc checkouts to run by turns")
     p.add_argument("--mpi", action="store_true",
                    help="also run each tree under the pip MPI's mpiexec (-n W+1, --mpi)")
     p.add_argument("--reference", metavar="BINARY", help="the reference's binary, run too")
     p.add_argument("--keep", metavar="DIR", help="write DAGs into DIR and keep them")
+    p.add_argument("--window", type=float, default=0.0, metavar="S",
+                   help="also the tasks started per second in S seconds from the first "
+                        "(the peaks then run to its end)")
     args = p.parse_args(argv)
     # Stopped with SIGTERM: unwind, so that the run in progress is killed too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -218,12 +238,14 @@ def main(argv: list[str] | None = None) -> int:
     for r in range(args.rounds):
         for shape in shapes:
             for name, (cmd, env) in runners.items():
-                got = first_task([*cmd, str(dags[shape])], stamp, work, env)
+                got = first_task([*cmd, str(dags[shape])], stamp, work, env,
+                                 timeout=args.timeout, window=args.window)
                 results.setdefault((shape, name), []).append(got)
                 print(f"round {r + 1} {shape:8s} {name:10s} first task {got['first_s']:6.2f} s"
                       f"  cpu {got['cpu_s']:5.2f} s  master {got['master_mb']:4.0f} MB"
                       f"  helper {got['helper_mb']:4.0f} MB"
-                      f"  other {got['other_mb']:4.0f} MB", flush=True)
+                      f"  other {got['other_mb']:4.0f} MB"
+                      + (f"  {got['rate']:5.0f} tasks/s" if args.window else ""), flush=True)
                 for suffix in (".rescue", ".resource", ".status.json"):
                     Path(f"{dags[shape]}{suffix}").unlink(missing_ok=True)
     parts = []
@@ -235,6 +257,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"({min(firsts):.2f}-{max(firsts):.2f}), cpu median {median(cpus):.2f} s "
                 f"({min(cpus):.2f}-{max(cpus):.2f}), peak master {peak['master']:.0f} MB, "
                 f"helper {peak['helper']:.0f} MB, other {peak['other']:.0f} MB")
+        if args.window:
+            rates = [g["rate"] for g in got]
+            line += f", {median(rates):.0f} tasks/s in the first {args.window:g} s"
         print(line)
         parts.append(line)
     print("SUMMARY firsttask: " + "; ".join(parts))

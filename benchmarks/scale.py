@@ -3,6 +3,8 @@
     python benchmarks/scale.py                       # 10k / 100k / 1M tasks, as many edges
     python benchmarks/scale.py --sizes 1000,10000 --edges local
     python benchmarks/scale.py --sizes 1000000 --edges options,pegasus
+    python benchmarks/scale.py --sizes 1000000,2000000,5000000,10000000 --edges options \
+        --parse-only                                 # parse time and memory per task
 
 For each size and edge pattern a fresh interpreter (so RSS figures are its own):
 1. writes the DAG (n tasks, n edges; "local" edges join tasks at most 64 apart, as a
@@ -149,8 +151,10 @@ def fakes() -> Any:
     return module
 
 
-def measure(dag_path: str, workers: int, slots: int) -> dict[str, float]:
-    """In this process: parse, then a whole run of the master. Figures as a dict."""
+def measure(dag_path: str, workers: int, slots: int, parse_only: bool = False
+            ) -> dict[str, float]:
+    """In this process: parse, then (unless ``parse_only``) a whole run of the master.
+    Figures as a dict."""
     from pmc import log
     from pmc.dag import parse_dag
 
@@ -164,9 +168,13 @@ def measure(dag_path: str, workers: int, slots: int) -> dict[str, float]:
     parse_cpu = time.process_time() - c0
     helper_cpu = children_cpu() - h0
     parse_rss = peak_mb()
-    transport = fakes().InstantWorkers.on_one_host(workers, cpus=workers * slots,
-                                                   memory=1 << 20, slots=slots)
-    run = run_master(dag_path, dag, transport, slots, workers * slots)
+    if parse_only:
+        run = {"master_init_mb": parse_rss, "start_cpu_s": 0.0, "run_cpu_s": 0.0,
+               "run_wall_s": 0.0, "us_per_task": 0.0, "peak_mb": parse_rss}
+    else:
+        transport = fakes().InstantWorkers.on_one_host(workers, cpus=workers * slots,
+                                                       memory=1 << 20, slots=slots)
+        run = run_master(dag_path, dag, transport, slots, workers * slots)
     return {
         "tasks": len(dag), "edges": dag.edge_count(), "parse_s": parse_wall,
         "parse_cpu_s": parse_cpu, "helper_cpu_s": helper_cpu,
@@ -286,11 +294,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="with --cluster: pmc checkouts to run by turns")
     p.add_argument("--profile", metavar="FILE",
                    help="with --cluster: cProfile of the largest cluster (last tree)")
+    p.add_argument("--parse-only", action="store_true",
+                   help="parse only, no run of the master (for 5M or 10M tasks)")
     p.add_argument("--child", metavar="DAG", help=argparse.SUPPRESS)
     p.add_argument("--child-cluster", metavar="DAG", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
-        print(json.dumps(measure(args.child, args.workers, args.slots or 50)))
+        print(json.dumps(measure(args.child, args.workers, args.slots or 50, args.parse_only)))
         return 0
     if args.child_cluster:
         print(json.dumps(measure_cluster(args.child_cluster, args.workers, args.slots,
@@ -309,7 +319,8 @@ def main(argv: list[str] | None = None) -> int:
           f"master with {args.workers} instant workers x {args.slots} slots")
     print(f"{'edges':7s} {'tasks':>9s} {'edge#':>9s} {'parse s':>8s} {'parse MB':>9s} "
           f"{'master MB':>9s} {'peak MB':>8s} {'run s':>7s} {'us/task':>8s} "
-          f"{'helper cpu s':>12s} {'helper MB':>9s}")
+          f"{'helper cpu s':>12s} {'helper MB':>9s} {'parse cpu us/task':>17s} "
+          f"{'parse B/task':>12s}")
     rows: list[tuple[str, dict[str, float]]] = []
     for pattern in [e for e in args.edges.split(",") if e]:
         for n in [int(x) for x in args.sizes.split(",") if x]:
@@ -321,7 +332,8 @@ def main(argv: list[str] | None = None) -> int:
                     write_big(path, n, n, local=pattern == "local")
             proc = subprocess.run(
                 [PYTHON, str(HERE / "scale.py"), "--child", str(path), "--workers",
-                 str(args.workers), "--slots", str(args.slots)],
+                 str(args.workers), "--slots", str(args.slots),
+                 *(["--parse-only"] if args.parse_only else [])],
                 capture_output=True, text=True, env=pmc_env(), cwd=work, check=False)
             if proc.returncode != 0:
                 print(proc.stdout, proc.stderr, file=sys.stderr)
@@ -331,7 +343,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{pattern:7s} {r['tasks']:9d} {r['edges']:9d} {r['parse_s']:8.2f} "
                   f"{r['parse_mb']:9.0f} {r['master_init_mb']:9.0f} {r['peak_mb']:8.0f} "
                   f"{r['run_wall_s']:7.1f} {r['us_per_task']:8.1f} "
-                  f"{r['helper_cpu_s']:12.2f} {r['helper_mb']:9.0f}", flush=True)
+                  f"{r['helper_cpu_s']:12.2f} {r['helper_mb']:9.0f} "
+                  f"{r['parse_cpu_s'] / r['tasks'] * 1e6:17.2f} "
+                  f"{(r['parse_mb'] - r['base_mb']) * 2**20 / r['tasks']:12.0f}", flush=True)
             if not args.keep:
                 for suffix in ("", ".rescue", ".resource", ".status.json"):
                     try:
@@ -348,9 +362,18 @@ def main(argv: list[str] | None = None) -> int:
         mine = [r for pat, r in rows if pat == pattern]
         small, big = mine[0], mine[-1]
         flat = big["us_per_task"] / small["us_per_task"] if small["us_per_task"] else 0.0
+
+        def per_task(r: dict[str, float]) -> tuple[float, float]:
+            return (r["parse_cpu_s"] / r["tasks"],
+                    (r["parse_mb"] - r["base_mb"]) / r["tasks"])
+
+        cpu_growth = per_task(big)[0] / per_task(small)[0]
+        mb_growth = per_task(big)[1] / per_task(small)[1]
         parts.append(f"{pattern}: {int(big['tasks'])} tasks parse {big['parse_s']:.2f} s, "
                      f"peak {big['peak_mb']:.0f} MB, master CPU/task {big['us_per_task']:.0f} "
-                     f"us = {flat:.2f}x of {int(small['tasks'])} tasks")
+                     f"us = {flat:.2f}x of {int(small['tasks'])} tasks; per task, parse cpu "
+                     f"{cpu_growth:.2f}x and parse memory {mb_growth:.2f}x of "
+                     f"{int(small['tasks'])} tasks")
     print("SUMMARY scale: " + "; ".join(parts))
     return 0
 
