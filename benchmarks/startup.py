@@ -2,13 +2,19 @@
 
     python benchmarks/startup.py                                  # this checkout
     python benchmarks/startup.py --trees old=/tmp/base,new=. --rounds 9
+    python benchmarks/startup.py --modes dropin,reference --workers 2,8,16 --rounds 7 \
+        --reference /path/to/pegasus-mpi-cluster    # 3, 9 and 17 ranks, against the reference
 
 A one-task DAG (``/bin/true``) run as users start it: ``mpiexec -n W+1
 pegasus-mpi-cluster -s -o /dev/null -e /dev/null`` ("dropin", no binding flags),
 ``mpiexec -n W+1 python -m pmc run --mpi`` ("mpi") and ``python -m pmc run --local
 --workers W`` ("local"); and, as the bound of the MPI modes, ``mpiexec -n W+1 python -c
 "from mpi4py import MPI"`` with the settings pmc starts MPI with ("mpi4py": the
-interpreters, ``MPI_Init`` and ``MPI_Finalize``, no pmc; ``_common.MPI_CONTROL``). What
+interpreters, ``MPI_Init`` and ``MPI_Finalize``, no pmc; ``_common.MPI_CONTROL``); with
+``--reference BINARY``, "reference": the reference the same way under Open MPI's launcher
+(``/usr/bin/mpiexec.openmpi --oversubscribe -n W+1 BINARY -s -o /dev/null -e /dev/null``,
+tree-independent: run once a round). ``--workers`` takes a list (``2,8,16``: 3, 9 and
+17 ranks), each size in every round. What
 such a run costs is what every run pays besides its tasks: interpreters, imports,
 ``MPI_Init``, the hand-shake and the way out. Each round
 runs every tree and mode once, by turns, so that the machine's drift falls on all
@@ -36,11 +42,23 @@ def _env(tree: Path) -> dict[str, str]:
     return env
 
 
-def one(tree: Path, mode: str, dag: Path, workers: int) -> tuple[float, float]:
+OMPI_MPIEXEC = "/usr/bin/mpiexec.openmpi"
+
+
+def one(tree: Path, mode: str, dag: Path, workers: int, reference: str | None = None
+        ) -> tuple[float, float]:
     """(cpu, wall) seconds of one run of ``dag``."""
     for suffix in (".rescue", ".resource", ".status.json"):
         Path(f"{dag}{suffix}").unlink(missing_ok=True)
-    if mode == "dropin":
+    env = _env(tree)
+    if mode == "reference":
+        assert reference is not None
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                   OMPI_MCA_btl_vader_single_copy_mechanism="none")
+        root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
+        cmd = [OMPI_MPIEXEC, *root, "--oversubscribe", "-n", str(workers + 1), reference,
+               "-s", "-o", os.devnull, "-e", os.devnull, str(dag)]
+    elif mode == "dropin":
         cmd = [mpiexec(), "-n", str(workers + 1), str(Path(PYTHON).parent / "pegasus-mpi-cluster"),
                "-s", "-o", os.devnull, "-e", os.devnull, str(dag)]
     elif mode == "mpi4py":
@@ -52,7 +70,7 @@ def one(tree: Path, mode: str, dag: Path, workers: int) -> tuple[float, float]:
         cmd = [PYTHON, "-m", "pmc", "run", "--local", "--workers", str(workers), "-q", "-s",
                "-o", os.devnull, str(dag)]
     c0, t0 = children_cpu(), time.monotonic()
-    proc = subprocess.run(cmd, cwd=dag.parent, env=_env(tree), stdout=subprocess.PIPE,
+    proc = subprocess.run(cmd, cwd=dag.parent, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=300)
     wall, cpu = time.monotonic() - t0, children_cpu() - c0
     if proc.returncode != 0:
@@ -66,37 +84,44 @@ def main(argv: list[str] | None = None) -> int:
                    help="NAME=CHECKOUT,... (default: this checkout)")
     p.add_argument("--modes", default="dropin,mpi,local,mpi4py")
     p.add_argument("--rounds", type=int, default=7)
-    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--workers", default="2", help="workers, or a list of them: 2,8,16")
+    p.add_argument("--reference", metavar="BINARY",
+                   help="the reference's binary, for the mode 'reference'")
     p.add_argument("--keep", metavar="DIR", help="work in DIR and keep the files")
     a = p.parse_args(argv)
     trees = [(name, Path(path).resolve()) for name, path in
              (t.split("=", 1) for t in a.trees.split(","))]
     modes = a.modes.split(",")
+    if "reference" in modes and not a.reference:
+        p.error("the mode 'reference' needs --reference BINARY")
+    sizes = [int(w) for w in a.workers.split(",") if w]
     for _name, tree in trees:  # compiled first, as an install is
         subprocess.run([PYTHON, "-m", "compileall", "-q", str(tree / "pmc")], check=True)
     work = workdir(a.keep)
     dag = work / "one.dag"
     dag.write_text("TASK t1 /bin/true\n")
     print(machine())
-    print(f"{a.rounds} rounds, {a.workers} workers, one /bin/true task; by turns: "
+    print(f"{a.rounds} rounds, workers {a.workers}, one /bin/true task; by turns: "
           + ", ".join(f"{n}={t}" for n, t in trees))
-    got: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    runs = [(w, mode, name, tree) for w in sizes for mode in modes
+            for name, tree in (trees[:1] if mode == "reference" else trees)]
+    got: dict[tuple[int, str, str], list[tuple[float, float]]] = {}
     for _ in range(a.rounds):
-        for mode in modes:
-            for name, tree in trees:
-                got.setdefault((mode, name), []).append(one(tree, mode, dag, a.workers))
-    print(f"{'mode':8} {'tree':8} {'cpu s median (range)':26} {'wall s median (range)':26} "
-          "cpu ratio")
+        for w, mode, name, tree in runs:
+            key = (w, mode, "-" if mode == "reference" else name)
+            got.setdefault(key, []).append(one(tree, mode, dag, w, a.reference))
+    print(f"{'ranks':>5} {'mode':9} {'tree':8} {'cpu s median (range)':26} "
+          f"{'wall s median (range)':26} cpu ratio")
     parts = []
-    for mode in modes:
-        base = median([c for c, _ in got[(mode, trees[0][0])]])
-        for name, _tree in trees:
-            cpus = [c for c, _ in got[(mode, name)]]
-            walls = [w for _, w in got[(mode, name)]]
-            print(f"{mode:8} {name:8} {median(cpus):.3f} ({min(cpus):.3f}-{max(cpus):.3f})"
-                  f"{'':6} {median(walls):.3f} ({min(walls):.3f}-{max(walls):.3f})"
-                  f"{'':6} {median(cpus) / base:.2f}")
-            parts.append(f"{mode} {name} cpu {median(cpus):.3f} s wall {median(walls):.3f} s")
+    for (w, mode, name), values in got.items():
+        base = median([c for c, _ in got[next(k for k in got if k[:2] == (w, mode))]])
+        cpus = [c for c, _ in values]
+        walls = [x for _, x in values]
+        print(f"{w + 1:5d} {mode:9} {name:8} {median(cpus):.3f} ({min(cpus):.3f}-{max(cpus):.3f})"
+              f"{'':6} {median(walls):.3f} ({min(walls):.3f}-{max(walls):.3f})"
+              f"{'':6} {median(cpus) / base:.2f}")
+        parts.append(f"{w + 1} ranks {mode} {name} cpu {median(cpus):.3f} s "
+                     f"wall {median(walls):.3f} s")
     print("SUMMARY startup: " + "; ".join(parts))
     return 0
 

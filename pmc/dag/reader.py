@@ -164,7 +164,7 @@ class _Reader:
         self.edge_lines = array("I")
         self.backward = False  # an edge to a task defined earlier: only such can close a cycle
         self.pegasus: str | int | None = None
-        self.last_command = ""
+        self.last_command = b""
         self.options = _SharedOptions()
         self.arrays: dict[str, task_arrays.Array] = {}  # task arrays (a pmc extension)
         self.lines = array("I")  # the line of each id (see Task.line)
@@ -223,12 +223,13 @@ class _Reader:
                         command, opts = shared.split(rest)
                         prefix, cut, last_options = shared.prefix, shared.cut, shared.last
                 if command is not None:
-                    # Generated DAGs often repeat one command: keep one copy of a run.
-                    command = last_command = (last_command if command == last_command
-                                              else command)
+                    # Its UTF-8, as Task.command keeps it. Generated DAGs often repeat one
+                    # command: keep one copy of a run.
+                    utf8 = command.encode()
+                    utf8 = last_command = last_command if utf8 == last_command else utf8
                     # Not Task(...): in Python 3.11 the call costs three times these lines.
                     task = new_task(plain_task if pegasus is None else pegasus_task)
-                    task.id, task.name, task.command, task._options = tid, parts[1], command, opts
+                    task.id, task.name, task._command, task._options = tid, parts[1], utf8, opts
                 else:
                     general = self.general_task(lineno, line, parts, tid, pegasus)
                     prefix, cut, last_options = shared.prefix, shared.cut, shared.last
