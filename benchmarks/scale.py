@@ -31,7 +31,8 @@ asking for 2 cpus (so hosts have free slots but not the cpus for the next task, 
 master must look past them). It reports the master's CPU for the hand-shake (``start``:
 everything before the first task, the check that every task fits some host included)
 and per task, for each W, with ``--trees`` running the same simulation against other
-checkouts of pmc by turns (``old=/path,new=.``), and ``--profile FILE`` writing a
+checkouts of pmc by turns (``old=/path,new=.``: checkouts with ``pmc.commands.lifecycle``,
+whose ``Run`` takes the steps ``pmc run`` takes), and ``--profile FILE`` writing a
 cProfile of the last child.
 """
 
@@ -107,35 +108,32 @@ def run_master(dag_path: str, dag: Any, transport: Any, slots: int, cpus: int
                ) -> dict[str, float]:
     """A whole run of the real ``Master`` over ``transport`` with every default observer,
     wired as ``pmc run`` wires it: the hand-shake's and the loop's CPU apart."""
+    try:
+        from pmc.commands.lifecycle import Run
+    except ImportError:
+        raise SystemExit("this checkout of pmc has no pmc.commands.lifecycle (older "
+                         "than the benchmark)") from None
     from pmc.core.events import Fanout
     from pmc.options import RunOptions
     from pmc.outputs import assemble
-    from pmc.runtime.master import Master
 
     opts = RunOptions(dag=dag_path, skip_rescue=True, nolock=True, mode="local",
                       worker_slots=slots, host_cpus=cpus)
-    out = Fanout(assemble.outputs(opts).observers)
-    master = Master(transport, opts, dag, set(), out, "local")
+    run = Run(opts, dag, transport, Fanout(assemble.outputs(opts).observers), "local")
     init_rss = peak_mb()
     gc.collect()
-    from pmc.commands import run as root
-
-    settle = getattr(root, "settle_heap", None)  # what this tree's pmc run does, if any
-    if settle is not None:
-        settle()
     c0 = time.process_time()
-    info = master.start()
+    info = run.start()  # the heap settled first, as pmc run's
     start_cpu = time.process_time() - c0
-    out.started(info)
+    run.started(info)
     c0 = time.process_time()
     t0 = time.perf_counter()
-    summary = master.loop()
+    summary = run.loop()
     run_cpu = time.process_time() - c0
     run_wall = time.perf_counter() - t0
-    master.shutdown_workers()
-    master.close()
-    out.finished(summary)
-    out.close()
+    run.shutdown()
+    run.finished(summary)
+    run.close()
     if not summary.ok or summary.succeeded != len(dag):
         raise SystemExit(f"run did not succeed: {summary.outcome} {summary.succeeded}")
     return {"master_init_mb": init_rss, "start_cpu_s": start_cpu, "run_cpu_s": run_cpu,

@@ -246,24 +246,19 @@ def _flush_held() -> None:
             out.flush()
 
 
-_output: LogOutput | None = None
-
-
 def setup_logging(opts: LogOptions) -> LogOutput:
-    """Configure pmc.log from ``--log-format``, ``--log-file`` and -v/-q (CLI entry only)."""
-    global _output
+    """Configure pmc.log from ``--log-format``, ``--log-file`` and -v/-q (CLI entry only);
+    the output made, for the run to hand to what writes there."""
     out = LogOutput(opts.log_format, opts.log_file, opts.log_level)
     log.setup(opts.log_level, stream=out.file, sink=out.message if out.json else None,
               dated=out.file is not None)
-    _output = out
     return out
 
 
-def open_log_file() -> None:
+def open_log_file(out: LogOutput) -> None:
     """Open ``--log-file`` now (the master, before the run). Should it fail, log to
     stderr from here on and raise the OSError: the caller reports it there."""
-    out = _output
-    if out is None or out.file is None:
+    if out.file is None:
         return
     try:
         out.file.open()
@@ -274,7 +269,6 @@ def open_log_file() -> None:
 
 
 def log_output(opts: LogOptions) -> LogOutput:
-    """The output set up by ``setup_logging``, or one made from ``opts`` (library use)."""
-    if _output is not None:
-        return _output
+    """An output made from ``opts`` alone, for a run whose caller set up none (library
+    use: the benchmarks, the tests)."""
     return LogOutput(opts.log_format, opts.log_file, opts.log_level)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pmc.commands.lifecycle import Run
 from pmc.core import protocol
 from pmc.core.events import Fanout, Observer
 from pmc.core.protocol import TaskResult, TaskSpec
@@ -211,20 +212,19 @@ class Watch(Observer):
 
 def run_sim(tmp_path: Path, dag_text: str, sim: SimWorkers,
             observers: Sequence[Observer] = (), **opts: Any) -> tuple[Master, Watch, Any]:
+    """A run of ``dag_text`` over ``sim``, as ``pmc run`` takes it (``Run``) up to the
+    workers' shutdown: the observers hear everything but ``finished`` and ``close``."""
     dag_path = tmp_path / "sim.dag"
     dag_path.write_text(dag_text)
     watch = Watch()
-    master = Master(sim, RunOptions(dag=str(dag_path), nolock=True, **opts),
-                    parse_dag(str(dag_path)), set(), Fanout([watch, *observers]), "local")
+    run = Run(RunOptions(dag=str(dag_path), nolock=True, **opts), parse_dag(str(dag_path)),
+              sim, Fanout([watch, *observers]), "local")
     try:
-        info = master.start()
-        for obs in observers:
-            obs.started(info)
-        summary = master.loop()
-        master.shutdown_workers()
+        run.started(run.start())
+        summary = run.loop()
     finally:
-        master.close()
-    return master, watch, summary
+        run.shutdown()
+    return run.master, watch, summary
 
 
 def starts(sim: SimWorkers) -> list[str]:

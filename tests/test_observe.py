@@ -428,7 +428,6 @@ def test_building_the_outputs_opens_nothing(tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """The observers of a run can be made before its master: no file appears until the
     run starts (``started``), none if it never does, and each then opens its own."""
-    from pmc import logsetup
     from pmc.core.events import RunInfo
     from pmc.outputs import assemble
     from pmc.outputs.eventlog import EventLog
@@ -438,7 +437,6 @@ def test_building_the_outputs_opens_nothing(tmp_path: Path,
     from pmc.outputs.status import StatusFile
     from pmc.outputs.tally import Tally
 
-    monkeypatch.setattr(logsetup, "_output", None)
     dag = tmp_path / "w.dag"
     opts = RunOptions(dag=str(dag), jobstate_log=True, monitord_hack=True,
                       log_format="json", log_file=str(tmp_path / "w.log"),

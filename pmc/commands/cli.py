@@ -48,10 +48,10 @@ def cmd_run(p: argparse.ArgumentParser, args: argparse.Namespace, dropin: bool =
     opts = options_from_args(p, args, dropin)
     from pmc.logsetup import setup_logging
 
-    setup_logging(opts)
+    output = setup_logging(opts)
     from pmc.commands.run import run
 
-    return run(opts)
+    return run(opts, output)
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -16,13 +16,14 @@ import fcntl
 import gc
 import os
 import signal
-import sys
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from pmc import batchsignals, log, logsetup
-from pmc.errors import ExitCode, FatalError, Interrupted
+from pmc import batchsignals, log
+from pmc.commands.lifecycle import Run
+from pmc.commands.taskoutput import TaskOutput
+from pmc.errors import ExitCode, FatalError
+from pmc.logsetup import LogOutput, log_output, open_log_file
 from pmc.options import RunOptions, without_effect
 from pmc.process import flush_stdio
 from pmc.runtime.workers import Workers, serve_forked
@@ -30,12 +31,7 @@ from pmc.runtime.workers import Workers, serve_forked
 if TYPE_CHECKING:
     # The master's side is imported where the master is made (below): a worker rank,
     # which runs this module too, needs none of it (~15 ms of imports per rank).
-    from pmc.core.events import Observer, Summary
-    from pmc.dag import DAG
-    from pmc.outputs.progress import Progress
-    from pmc.runtime import openrun
-    from pmc.runtime.master import Master
-    from pmc.transport import Transport
+    pass
 
 _MPI_ENV = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "ALPS_APP_PE",
             "MPI_LOCALRANKID")
@@ -51,7 +47,9 @@ def launched_by_mpi(env: Mapping[str, str]) -> bool:
         "batch", "extern", "4294967294", "4294967295")
 
 
-def run(opts: RunOptions) -> int:
+def run(opts: RunOptions, output: LogOutput | None = None) -> int:
+    """``pmc run``: the master's or a worker's side of a run; the exit code. ``output``:
+    where the master's log and events go (made from ``opts`` if not given)."""
     mode = opts.mode
     if mode == "auto":
         mode = "mpi" if launched_by_mpi(os.environ) else "local"
@@ -60,14 +58,14 @@ def run(opts: RunOptions) -> int:
     previous = batchsignals.catch()
     try:
         if mode == "mpi":
-            return _run_mpi(opts)
-        return _run_local(opts)
+            return _run_mpi(opts, output)
+        return _run_local(opts, output)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
 
-def _run_mpi(opts: RunOptions) -> int:
+def _run_mpi(opts: RunOptions, output: LogOutput | None) -> int:
     from pmc.runtime import rankshim
 
     # Before MPI starts: a worker rank's death by a signal becomes an exit, which Hydra
@@ -89,7 +87,7 @@ def _run_mpi(opts: RunOptions) -> int:
     workers = Workers(lambda: transport)
     workers.started()
     try:
-        code = _run_master(opts, workers, "mpi")
+        code = _run_master(opts, workers, "mpi", output)
     finally:
         workers.release()
     return _leave_mpi(code)
@@ -106,7 +104,7 @@ def _leave_mpi(code: int) -> int:
     return code
 
 
-def _run_local(opts: RunOptions) -> int:
+def _run_local(opts: RunOptions, output: LogOutput | None) -> int:
     from pmc.dag.edgehelper import MIN_BYTES
     from pmc.transport.local import LocalMaster, forks
 
@@ -120,7 +118,7 @@ def _run_local(opts: RunOptions) -> int:
         # keeps the other core busy, and then they start once it is read.
         if forks() or _size(opts.dag) < MIN_BYTES:
             workers.started()
-        return _run_master(opts, workers, "local")
+        return _run_master(opts, workers, "local", output)
     except FatalError as e:
         log.fatal(str(e))
         return ExitCode.FAILED
@@ -135,7 +133,8 @@ def _size(path: str) -> int:
         return 0  # the reader says why it cannot read it
 
 
-def _run_master(opts: RunOptions, workers: Workers, mode: str) -> int:
+def _run_master(opts: RunOptions, workers: Workers, mode: str,
+                output: LogOutput | None) -> int:
     # The collector stays off from the parse until settle_heap: the young collections
     # that the master's start-up allocations would set off walk every object of the DAG
     # (a million tasks: 0.14 s each, before the first task).
@@ -143,13 +142,13 @@ def _run_master(opts: RunOptions, workers: Workers, mode: str) -> int:
     thresholds = gc.get_threshold()
     gc.disable()
     try:
-        return _read_and_run(opts, workers, mode)
+        return _read_and_run(opts, workers, mode, output or log_output(opts))
     finally:
         gc.set_threshold(*thresholds)  # settle_heap's, for the loop only
         (gc.enable if collecting else gc.disable)()
 
 
-def _read_and_run(opts: RunOptions, workers: Workers, mode: str) -> int:
+def _read_and_run(opts: RunOptions, workers: Workers, mode: str, output: LogOutput) -> int:
     from pmc.core.events import Fanout
     from pmc.core.rescue import RescueError, read_records
     from pmc.dag import DagError, parse_dag
@@ -158,7 +157,7 @@ def _read_and_run(opts: RunOptions, workers: Workers, mode: str) -> int:
 
     # The log file first: every line after this one goes there.
     try:
-        logsetup.open_log_file()
+        open_log_file(output)
     except OSError as e:
         log.fatal(f"Unable to open log file: {opts.log_file}: {e.strerror}")
         return ExitCode.FAILED
@@ -208,157 +207,18 @@ def _read_and_run(opts: RunOptions, workers: Workers, mode: str) -> int:
         try:
             _check_rescue_dir(opts.rescue_path)
             sink.open()
-            outputs = assemble.outputs(opts)  # opens nothing (but a metrics endpoint)
+            outputs = assemble.outputs(opts, output)  # opens nothing (but a metrics endpoint)
         except FatalError as e:
             log.fatal(str(e))
             return ExitCode.FAILED
         out = Fanout([*outputs.observers, *([opened] if opened else [])])
-        return _run_with_transport(opts, dag, done, out, outputs.progress, workers.take(),
-                                   mode, sink, reused, opened)
+        return Run(opts, dag, workers.take(), out, mode, done=done, reused=reused,
+                   progress=outputs.progress, sink=sink, opened=opened).execute()
     finally:
         sink.close()
         if lock_fd >= 0:
             log.debug("Unlocking DAG file...")
             os.close(lock_fd)
-
-
-YOUNG_COLLECTION = 100_000  # tracked objects allocated, net, between young collections
-
-
-def settle_heap() -> None:
-    """Before the master's loop: what exists now (the DAG, a Task per task) lives as
-    long as the run and holds no cycles to collect. Frozen out of the collector's way,
-    full collections no longer walk it all; with many slots, results in flight live
-    long enough to set those off often (a fifth of the master's cpu per task at 3,200
-    slots and a million tasks). No collection first: the parser runs with the
-    collector off and makes no cycles, so a full one (0.15 s after a million tasks)
-    would walk it all to find nothing.
-
-    In the loop, a young collection comes once the tracked objects have grown by
-    YOUNG_COLLECTION rather than Python's 700. Nothing the loop makes holds a cycle
-    (every collection of a million-task run finds none), but tasks and results in
-    flight outlive a few hundred allocations: collected at 700 they climb to the old
-    generation and set off full collections of everything in flight, each finding
-    nothing (a million tasks on 10,000 workers x 32 slots: 36 full collections, and
-    the master's cpu per task 33.5 -> 27.7 µs without them). A cycle, should one arise,
-    waits for at most that many allocations."""
-    gc.freeze()
-    _, middle, old = gc.get_threshold()
-    gc.set_threshold(YOUNG_COLLECTION, middle, old)
-    gc.enable()  # off since the parse (_run_master)
-
-
-def _run_with_transport(opts: RunOptions, dag: DAG, done: set[int], out: Observer,
-                        progress: Progress | None, transport: Transport, mode: str,
-                        sink: TaskOutput, reused: set[int],
-                        opened: openrun.OpenRun | None = None) -> int:
-    from pmc.core.rescue import RescueError
-    from pmc.runtime.master import Master
-    from pmc.runtime.summary import write_summary
-
-    master = Master(transport, opts, dag, done, out, mode, reused)
-    settle_heap()
-    log.info(f"Setting max cached files = {master.forward.maxfds}")
-    log.info(f"Master starting with {transport.size - 1} workers")
-    if opts.max_wall_time is not None:
-        log.info(f"Setting max walltime to {opts.max_wall_time:f} minutes")
-
-    def on_signal(signum: int, frame: object) -> None:
-        master.signal_received = signum
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    summary = None
-    interrupted = False
-    merged = True
-    try:
-        try:
-            try:
-                info = master.start()
-                try:
-                    out.started(info)  # the output files open now
-                except OSError as e:
-                    raise FatalError(f"Cannot open output file: {e}") from e
-                if opened is not None:
-                    opened.open(master)
-                summary = master.loop()
-            finally:
-                # The live line ends with the loop: the end-of-run lines come after it.
-                if progress is not None:
-                    progress.stop()
-        except Interrupted:
-            log.error("Aborting workflow")
-            interrupted = True
-        except (FatalError, RescueError) as e:
-            log.fatal(str(e))
-        except OSError as e:
-            log.fatal(f"{e}")
-        if summary is not None:
-            # PMC's order: the end-of-run lines, the summary record, the tasks' output,
-            # then the workers' shutdown. Every task has reported (its output and record
-            # are in the worker's files) unless some never did after a stop: then their
-            # output is merged once the workers have finished them off.
-            _end_of_run_lines(master, summary)
-            write_summary(summary)
-            if not master.gave_up:
-                merged = sink.merge(transport.size,
-                                    between=lambda: master.ping_quiet(time.monotonic()))
-            else:
-                sink.pending = True
-        else:
-            sink.pending = True
-    finally:
-        if opened is not None:
-            opened.close()
-        log.info("Sending workers shutdown messages...")
-        master.shutdown_workers()
-        transport.close()
-        master.close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    if sink.pending:
-        # Workers that never got as far as opening their files leave none: no warning
-        # about those when the run stopped before it began.
-        merged = sink.merge(transport.size, warn_missing=summary is not None)
-    if summary is None:
-        out.close()
-        return ExitCode.INCOMPLETE if interrupted else ExitCode.FAILED
-    out.finished(summary)
-    out.close()
-    if summary.outcome == "succeeded":
-        if not merged:
-            log.error("Workflow succeeded, but its tasks' output could not be merged")
-            return ExitCode.FAILED
-        log.info("Workflow succeeded")
-        return ExitCode.OK
-    if summary.outcome == "failed":
-        log.error("Workflow failed")
-        return ExitCode.FAILED
-    what = "aborted" if master.stop_reason else "incomplete"
-    log.error(f"Workflow {what}: {summary.reason}; run again to resume from "
-              f"{opts.rescue_path}")
-    return ExitCode.INCOMPLETE
-
-
-def _end_of_run_lines(master: Master, summary: Summary) -> None:
-    """PMC's lines between the end of the loop and the summary record, in its order."""
-    if master.stop_reason is not None:
-        log.error("Aborting workflow")
-    else:
-        log.info("Workflow finished")
-    if not master.engine.accepting():
-        log.error("Max failures reached: DAG prematurely aborted")
-    if not log.enabled(log.INFO):
-        return
-    runtime, wall, makespan = summary.runtime, summary.wall, summary.makespan
-    log.info(f"Resource utilization (with master): {summary.utilization_with_master:f}")
-    log.info(f"Resource utilization (without master): {summary.utilization:f}")
-    log.info(f"Total runtime of tasks: {runtime:f} seconds ({runtime / 60:f} minutes)")
-    log.info(f"Wall time: {wall:f} seconds ({wall / 60:f} minutes)")
-    log.info(f"Makespan: {makespan:f} seconds ({makespan / 60:f} minutes)")
-    # PMC's figure: tasks that succeeded per second of makespan.
-    throughput = summary.succeeded / makespan if makespan > 0 else 0.0
-    log.info(f"Throughput: {throughput:f} tasks/second")
-    log.info(f"File descriptor cache hit rate: {master.forward.hitrate():f}")
 
 
 def _lock(path: str) -> int:
@@ -396,86 +256,3 @@ def _check_rescue_dir(path: str) -> None:
         os.unlink(probe)
     except OSError as e:
         raise FatalError(f"Unable to open rescue file: {path}: {e.strerror}") from e
-
-
-class TaskOutput:
-    """``-o`` / ``-e``: opened before the run (so a path that cannot be written stops it
-    before any task runs), and at the end given each worker's ``DAG.out.R`` /
-    ``DAG.err.R``, worker by worker, whatever the outcome; the merged files are removed.
-
-    Without ``-o`` / ``-e`` the output goes to this process's stdout / stderr. With
-    ``--per-task-stdio`` there is nothing to merge and nothing is opened, as in PMC."""
-
-    def __init__(self, opts: RunOptions) -> None:
-        self.opts = opts
-        self.out_fd = -1
-        self.err_fd = -1
-        self.pending = False  # merge still to do (after the workers are shut down)
-
-    def open(self) -> None:
-        o = self.opts
-        if o.per_task_stdio:
-            return
-        if o.stdout:
-            self.out_fd = _open_output(o.stdout, "stdout")
-        if o.stderr:
-            if o.stderr == o.stdout:
-                self.err_fd = self.out_fd
-            else:
-                self.err_fd = _open_output(o.stderr, "stderr")
-
-    def merge(self, size: int, warn_missing: bool = True,
-              between: Callable[[], None] = lambda: None) -> bool:
-        """Append every worker's files; False (and an error line) if one could not be.
-        ``between`` runs before each file (the master's heartbeats)."""
-        self.pending = False
-        if self.opts.per_task_stdio:
-            return True
-        log.info("Merging task stdio from workers...")
-        ok = True
-        dag = self.opts.dag
-        for rank in range(1, size):
-            log.debug(f"Merging stdio from worker {rank}...")
-            for kind, fd, stream in (("stdout", self.out_fd, sys.stdout),
-                                     ("stderr", self.err_fd, sys.stderr)):
-                path = f"{dag}.{kind[3:]}.{rank}"
-                log.trace(f"Merging {kind} file: {path}")
-                between()
-                try:
-                    if fd < 0:
-                        stream.flush()
-                    _copy_into(path, fd if fd >= 0 else stream.fileno())
-                    os.unlink(path)
-                except FileNotFoundError:
-                    if warn_missing:
-                        log.warn(f"No {kind} file: {path}")
-                except (OSError, ValueError) as e:
-                    ok = False
-                    where = self.opts.stdout if kind == "stdout" else self.opts.stderr
-                    log.error(f"Unable to merge task {kind} file {path} into "
-                              f"{where or kind}: {getattr(e, 'strerror', None) or e}")
-        return ok
-
-    def close(self) -> None:
-        for fd in {self.out_fd, self.err_fd}:
-            if fd >= 0:
-                os.close(fd)
-        self.out_fd = self.err_fd = -1
-
-
-def _open_output(path: str, kind: str) -> int:
-    try:
-        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o666)
-    except OSError as e:
-        raise FatalError(f"Unable to open {kind} file: {path}: {e.strerror}") from e
-
-
-def _copy_into(path: str, out_fd: int) -> None:
-    with open(path, "rb") as f:
-        while True:
-            chunk = f.read(1 << 20)
-            if not chunk:
-                break
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(out_fd, view):]

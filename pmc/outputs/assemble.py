@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from pmc import log
 from pmc.core.events import Observer
-from pmc.logsetup import log_output
+from pmc.logsetup import LogOutput, log_output
 from pmc.options import RunOptions
 from pmc.outputs.eventlog import EventLog
 from pmc.outputs.progress import Progress, progress_observer
@@ -32,12 +32,14 @@ class Outputs(NamedTuple):
     progress: Progress | None = None
 
 
-def outputs(opts: RunOptions) -> Outputs:
-    """The observers of one run (see the module docstring)."""
+def outputs(opts: RunOptions, output: LogOutput | None = None) -> Outputs:
+    """The observers of one run (see the module docstring); ``output``: where the log
+    goes, which the event log shares (made from ``opts`` if not given)."""
     observers = record_files(opts)
     tally = Tally(opts.dag, opts.site)
     observers.append(tally)
-    output = log_output(opts)
+    if output is None:
+        output = log_output(opts)
     if output.json or opts.log_level >= log.DEBUG:
         observers.append(EventLog(output))
     export = None
