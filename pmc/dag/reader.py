@@ -223,8 +223,7 @@ class _Reader:
                         command, opts = shared.split(rest)
                         prefix, cut, last_options = shared.prefix, shared.cut, shared.last
                 if command is not None:
-                    # Its UTF-8, as Task.command keeps it. Generated DAGs often repeat one
-                    # command: keep one copy of a run.
+                    # Its UTF-8 (as Task.command keeps it), one copy for a run of repeats.
                     utf8 = command.encode()
                     utf8 = last_command = last_command if utf8 == last_command else utf8
                     # Not Task(...): in Python 3.11 the call costs three times these lines.
