@@ -35,74 +35,6 @@ from pmc.optiontypes import (
     seconds,
 )
 
-
-# NamedTuples, not dataclasses: every MPI rank imports this module as it starts, and
-# ``dataclasses`` (with ``inspect``) would add ~9 ms of cpu to each.
-class RunOptions(NamedTuple):
-    dag: str
-    stdout: str | None = None
-    stderr: str | None = None
-    max_failures: int = 0
-    tries: int = 1
-    skip_rescue: bool = False
-    nolock: bool = False
-    rescue: str | None = None
-    host_script: str | None = None
-    host_script_timeout: float = 60.0  # seconds
-    host_memory: int | None = None  # MB
-    host_cpus: int | None = None
-    strict_limits: bool = False
-    max_wall_time: float | None = None  # minutes
-    per_task_stdio: bool = False
-    jobstate_log: bool = False
-    monitord_hack: bool = False
-    no_resource_log: bool = False
-    no_sleep_on_recv: bool = False
-    maxfds: int | None = None
-    keep_affinity: bool = False
-    set_affinity: bool = False
-    log_level: int = log.INFO
-    mode: str = "auto"  # "auto", "local" or "mpi"
-    workers: int | None = None  # embedded mode; None: one per cpu
-    worker_slots: int = 1
-    prefetch: bool = True  # queue the next task behind each running one
-    host_sockets: bool = True  # MPI: workers on the master's host use a Unix socket
-    worker_timeout: float = 60.0  # seconds of silence after which a worker is lost
-    max_worker_losses: int = 2  # lost workers a task may take down before it fails
-    host_gpus: int | None = None  # declared GPUs per host; None: probed
-    task_launcher: str | None = None  # multi-rank tasks' launcher template; None: default
-    task_accounting: str = "auto"  # "auto", "cgroup" or "rusage" (pmc.runtime.accounting)
-    schedule: str = "priority"  # or by path (pmc.core.pathorder): see --schedule
-    limit_memory_by: str = "rlimit"  # --strict-limits: "rlimit" (as PMC) or "cgroup"
-    on_warning: str = "drain"  # a warning signal: "drain", "stop" or "ignore"
-    reuse: bool = False  # skip tasks whose declared outputs are up to date (pmc.core.reuse)
-    open_run: bool = False  # take tasks added while running (pmc.runtime.openrun)
-    # Observability
-    log_format: str = "text"  # "text" or "json"
-    log_file: str | None = None
-    metrics_port: int | Ports | None = None  # a port (0: any free one), or a range
-    metrics_bind: str = "127.0.0.1"
-    metrics_textfile: str | None = None
-    metrics_pushgateway: str | None = None
-    metrics_file_sd: str | None = None  # a directory: Prometheus file_sd target files
-    site: str = ""
-    site_profile: str = ""  # the site profile the options not given came from
-    # Progress while running (pmc.outputs.progress): a line every so many seconds when stderr is
-    # not a terminal (None or 0: none), and the live line on a terminal.
-    progress_interval: float | None = None
-    live_progress: bool = False
-
-    @property
-    def prefetching(self) -> bool:
-        """Whether tasks queue behind running ones: not with --max-failures, where a
-        queued task could start before the failure that should stop it is counted."""
-        return self.prefetch and not self.max_failures
-
-    @property
-    def rescue_path(self) -> str:
-        return self.rescue or f"{self.dag}.rescue"
-
-
 # -- the table ---------------------------------------------------------------------------
 
 def _none_if_zero(value: Any) -> Any:
@@ -305,6 +237,103 @@ for _o in OPTIONS:
     BY_DEST.setdefault(_o.dest, _o)
 
 
+def field_default(o: Option) -> Any:
+    """The value an option's ``RunOptions`` field takes when the option is not given."""
+    value = False if o.kind == "flag" else o.default
+    return o.to_field(value) if o.to_field else value
+
+
+BY_ATTR: dict[str, Option] = {}
+for _o in OPTIONS:
+    if _o.attr:
+        BY_ATTR.setdefault(_o.attr, _o)
+
+
+def default(attr: str) -> Any:
+    """The default of the ``RunOptions`` field ``attr``, from its row of the table."""
+    return field_default(BY_ATTR[attr])
+
+
+# NamedTuples, not dataclasses: every MPI rank imports this module as it starts, and
+# ``dataclasses`` (with ``inspect``) would add ~9 ms of cpu to each. The fields are
+# written out for the type checker; the default of each option's field is its row's
+# (``default``), the others' (the DAG, what -v/-q and --progress-interval make) here.
+class RunOptions(NamedTuple):
+    dag: str
+    stdout: str | None = default("stdout")
+    stderr: str | None = default("stderr")
+    max_failures: int = default("max_failures")
+    tries: int = default("tries")
+    skip_rescue: bool = default("skip_rescue")
+    nolock: bool = default("nolock")
+    rescue: str | None = default("rescue")
+    host_script: str | None = default("host_script")
+    host_script_timeout: float = default("host_script_timeout")  # seconds
+    host_memory: int | None = default("host_memory")  # MB
+    host_cpus: int | None = default("host_cpus")
+    strict_limits: bool = default("strict_limits")
+    max_wall_time: float | None = default("max_wall_time")  # minutes
+    per_task_stdio: bool = default("per_task_stdio")
+    jobstate_log: bool = default("jobstate_log")
+    monitord_hack: bool = default("monitord_hack")
+    no_resource_log: bool = default("no_resource_log")
+    no_sleep_on_recv: bool = default("no_sleep_on_recv")
+    maxfds: int | None = default("maxfds")
+    keep_affinity: bool = default("keep_affinity")
+    set_affinity: bool = default("set_affinity")
+    log_level: int = log.INFO
+    mode: str = default("mode")  # "auto", "local" or "mpi"
+    workers: int | None = default("workers")  # embedded mode; None: one per cpu
+    worker_slots: int = default("worker_slots")
+    prefetch: bool = default("prefetch")  # queue the next task behind each running one
+    # MPI: workers on the master's host use a Unix socket
+    host_sockets: bool = default("host_sockets")
+    # seconds of silence after which a worker is lost
+    worker_timeout: float = default("worker_timeout")
+    # lost workers a task may take down before it fails
+    max_worker_losses: int = default("max_worker_losses")
+    host_gpus: int | None = default("host_gpus")  # declared GPUs per host; None: probed
+    # multi-rank tasks' launcher template; None: default
+    task_launcher: str | None = default("task_launcher")
+    # "auto", "cgroup" or "rusage" (pmc.runtime.accounting)
+    task_accounting: str = default("task_accounting")
+    schedule: str = default("schedule")  # or by path (pmc.core.pathorder): see --schedule
+    # --strict-limits: "rlimit" (as PMC) or "cgroup"
+    limit_memory_by: str = default("limit_memory_by")
+    on_warning: str = default("on_warning")  # a warning signal: "drain", "stop" or "ignore"
+    # skip tasks whose declared outputs are up to date (pmc.core.reuse)
+    reuse: bool = default("reuse")
+    open_run: bool = default("open_run")  # take tasks added while running (pmc.runtime.openrun)
+    # Observability
+    log_format: str = default("log_format")  # "text" or "json"
+    log_file: str | None = default("log_file")
+    # a port (0: any free one), or a range
+    metrics_port: int | Ports | None = default("metrics_port")
+    metrics_bind: str = default("metrics_bind")
+    metrics_textfile: str | None = default("metrics_textfile")
+    metrics_pushgateway: str | None = default("metrics_pushgateway")
+    # a directory: Prometheus file_sd target files
+    metrics_file_sd: str | None = default("metrics_file_sd")
+    site: str = default("site")
+    site_profile: str = default("site_profile")  # the site profile the options not given came from
+    # Progress while running (pmc.outputs.progress): a line every so many seconds when stderr is
+    # not a terminal (None or 0: none), and the live line on a terminal.
+    progress_interval: float | None = None
+    live_progress: bool = False
+
+    @property
+    def prefetching(self) -> bool:
+        """Whether tasks queue behind running ones: not with --max-failures, where a
+        queued task could start before the failure that should stop it is counted."""
+        return self.prefetch and not self.max_failures
+
+    @property
+    def rescue_path(self) -> str:
+        return self.rescue or f"{self.dag}.rescue"
+
+
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The DAG argument and every option of the table: the reference's (same letters,
     same meaning) first, this project's own in the "pmc options" group. An option not
@@ -378,9 +407,7 @@ def without_effect(opts: RunOptions, mode: str) -> list[str]:
     words = {"mpi": "MPI mode", "local": "embedded mode"}
     out = []
     for o in OPTIONS:
-        default = False if o.kind == "flag" else o.default
-        if o.only_in not in (None, mode) and \
-                getattr(opts, o.attr) != (o.to_field(default) if o.to_field else default):
+        if o.only_in not in (None, mode) and getattr(opts, o.attr) != field_default(o):
             out.append(f"{o.long} has no effect in {words[mode]} ({words[o.only_in]} only)")
     return out
 

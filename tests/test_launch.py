@@ -17,19 +17,16 @@ import pytest
 from pmc import log
 from pmc.core import protocol
 from pmc.core.protocol import FAILED_STATUS, TaskResult, TaskSpec, WorkerConfig
+from pmc.options import RunOptions
 from pmc.runtime import guard, taskio
 from pmc.runtime.launch import Launcher, Running
+from pmc.runtime.startup import worker_config
 
 
 def _config(tmp: Path, **over: object) -> WorkerConfig:
-    fields: dict[str, object] = dict(
-        dag_path=str(tmp / "w.dag"), out_path=str(tmp / "out.{rank}"),
-        err_path=str(tmp / "err.{rank}"), per_task_stdio=False, host_cpus=None,
-        host_memory=None, worker_slots=1, strict_limits=False, keep_affinity=True,
-        set_affinity=False, host_script=None, host_script_timeout=60.0,
-        log_level=log.INFO, log_format="text")
-    fields.update(over)
-    return WorkerConfig(**fields)  # type: ignore[arg-type]
+    opts = RunOptions(dag=str(tmp / "w.dag"), keep_affinity=True)
+    config = worker_config(opts, str(tmp / "out.{rank}"), str(tmp / "err.{rank}"))
+    return config._replace(log_level=log.INFO, **over)
 
 
 def _spec(name: str, command: str, **over: object) -> TaskSpec:

@@ -73,6 +73,15 @@ def test_flags_are_unique_and_every_option_has_help() -> None:
     assert all(hasattr(RunOptions("d"), o.attr) for o in OPTIONS if o.attr)
 
 
+def test_a_bare_command_line_gives_the_default_run_options(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """RunOptions' defaults are the table's: what ``pmc run DAG`` with nothing else
+    gives (but the progress line, which only a terminal or a command line turns on)."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", "/nonexistent")
+    given = parse(["--no-site", "w.dag"], monkeypatch)
+    assert given._replace(progress_interval=None, live_progress=False) == RunOptions("w.dag")
+
+
 @pytest.mark.parametrize("o", OPTIONS, ids=lambda o: o.long)
 @pytest.mark.parametrize("dropin", [False, True], ids=["pmc run", "pegasus-mpi-cluster"])
 def test_every_flag_is_accepted_by_both_parsers(o: options.Option, dropin: bool,

@@ -20,7 +20,9 @@ from pmctest import clean_env, comm, mpiexec
 from pmc import log
 from pmc.core import protocol
 from pmc.core.protocol import WorkerConfig
+from pmc.options import RunOptions
 from pmc.runtime import worker
+from pmc.runtime.startup import worker_config
 from pmc.transport import TransportError
 from pmc.transport.local import Forked, LocalMaster, LocalWorker, Serve, forks
 from pmc.transport.mpisettings import mpi_settings
@@ -28,12 +30,10 @@ from pmc.transport.stream import RECV, frame, unframe
 
 
 def _config(tmp: Path) -> WorkerConfig:
-    return WorkerConfig(
-        dag_path=str(tmp / "w.dag"), out_path=str(tmp / "out.{rank}"),
-        err_path=str(tmp / "err.{rank}"), per_task_stdio=False, host_cpus=3,
-        host_memory=1234, worker_slots=1, strict_limits=False, keep_affinity=True,
-        set_affinity=False, host_script=None, host_script_timeout=60.0,
-        log_level=log.WARN, log_format="text")
+    opts = RunOptions(dag=str(tmp / "w.dag"), host_cpus=3, host_memory=1234,
+                      keep_affinity=True)
+    return worker_config(opts, str(tmp / "out.{rank}"), str(tmp / "err.{rank}"))._replace(
+        log_level=log.WARN)
 
 
 def _gather(t: LocalMaster, tag: int, ranks: set[int], timeout: float = 60.0

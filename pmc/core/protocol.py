@@ -81,7 +81,9 @@ Message = tuple[Any, ...]
 class WorkerConfig(NamedTuple):
     """What a worker needs to know from the master's command line: what the master
     derives (the first four), then the run options marked for workers in
-    ``pmc.options.OPTIONS``, by their ``RunOptions`` names (a test holds the two equal)."""
+    ``pmc.options.OPTIONS``, by their ``RunOptions`` names (a test holds the two equal).
+    No defaults: made from a ``RunOptions`` (``runtime.startup.worker_config``), whose
+    defaults are the table's."""
 
     dag_path: str
     out_path: str  # this worker's stdout file, "{rank}" replaced; "" with per-task stdio
@@ -97,11 +99,11 @@ class WorkerConfig(NamedTuple):
     host_script: str | None
     host_script_timeout: float  # seconds before SIGALRM
     log_format: str  # "text" or "json"
-    worker_timeout: float = 60.0  # seconds of silence before a peer counts as lost
-    host_gpus: int | None = None  # --host-gpus: declared GPUs; None: probe
-    task_launcher: str | None = None  # --task-launcher: multi-rank tasks' template
-    task_accounting: str = "auto"  # --task-accounting: "auto", "cgroup" or "rusage"
-    limit_memory_by: str = "rlimit"  # --limit-memory-by: "rlimit" or "cgroup"
+    worker_timeout: float  # seconds of silence before a peer counts as lost
+    host_gpus: int | None  # --host-gpus: declared GPUs; None: probe
+    task_launcher: str | None  # --task-launcher: multi-rank tasks' template
+    task_accounting: str  # --task-accounting: "auto", "cgroup" or "rusage"
+    limit_memory_by: str  # --limit-memory-by: "rlimit" or "cgroup"
 
 
 class TaskSpec(NamedTuple):
