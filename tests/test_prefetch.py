@@ -239,7 +239,7 @@ def test_a_lost_worker_is_replaced_as_often_as_there_were_workers(tmp_path: Path
     assert [e[:2] for e in seen.events] == [("lost", 1), ("joined", 3), ("lost", 3),
                                             ("joined", 4), ("lost", 4), ("lost", 2)]
     assert seen.events[1] == ("joined", 3, "sim", 1, 1)
-    assert master.replacements_left == 0
+    assert master.losses.replacements_left == 0
     # The last worker lost with no replacement left: the run stops with tasks to do.
     assert not summary.ok
     ran_on = {r for what, _n, r in sim.log if what == "start"}

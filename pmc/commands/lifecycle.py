@@ -121,8 +121,9 @@ class Run:
         if master.gave_up:
             self.sink.pending = True
         else:
+            pings = master.losses.ping_quiet
             self.merged = self.sink.merge(self.transport.size,
-                                          between=lambda: master.ping_quiet(time.monotonic()))
+                                          between=lambda: pings(time.monotonic()))
 
     def shutdown(self, began: bool = True) -> None:
         """The workers told to stop, the transport and the master closed; output still to

@@ -28,7 +28,7 @@ from pmc.errors import FatalError
 from pmc.options import RunOptions
 from pmc.runtime import ordering, startup
 from pmc.runtime.forward import ForwardFiles, default_maxfds
-from pmc.runtime.losses import BEAT_CHECK, Joiner, Losses
+from pmc.runtime.losses import BEAT_CHECK, Losses
 from pmc.runtime.openrun import OpenRun
 from pmc.runtime.placement import Placer
 from pmc.runtime.stopping import Stopping
@@ -42,38 +42,41 @@ SYNC_CHECK = 0.0005  # how soon to look again while rescue records are being syn
 Finished = list[tuple[TaskResult, str | None]]  # tries that ended, with the master's error
 
 
-class Master(Stopping, Losses):
+class Master:
+    """Rank 0: its state in parts, each set up by a line of ``__init__``'s table."""
+
     def __init__(self, transport: Transport, opts: RunOptions, dag: DAG, done: set[int],
                  out: Observer, mode: str, reused: set[int] | None = None) -> None:
-        self.t = transport
-        self.opts = opts
-        self.dag = dag
+        # The run: its transport, options, DAG and observers (every one, through a Fanout).
+        self.t, self.opts, self.dag, self.out, self.mode = transport, opts, dag, out, mode
         self.done_at_start = done
         # Task arrays: a member is made to be told of when ready, let go after its last try.
         self.members = bool(dag.arrays)
-        self.out = out  # every observer, through one (a Fanout)
-        self.mode = mode
-        self.resources = Resources()
+        # The tasks' progress: the engine (readiness, tries), its order, jobstate numbers.
         order = ordering.path_order(dag, opts.schedule)
         self.engine = Engine(dag, tries=opts.tries, max_failures=opts.max_failures, done=done,
                              order=order, reused=reused or ())
         self.reorder = ordering.Reorder(self.engine) if order is not None else None
         self.seq = array("i", bytes(4 * len(dag)))  # jobstate sequence number, 0 = none yet
         self.next_seq = 1
+        # Where tasks go: the hosts' resources, what each slot holds, the placer.
+        self.resources = Resources()
         self.chains = Chains()
         self.prefetch = opts.prefetching  # tasks queued behind running ones (Chains)
         self.mean_duration = -1.0  # of the tries ended, moving (-1: none yet): chains' depth
         self.queued_seen = 0  # how many tasks were queued as the observers last heard
-        self.rescue: RescueLog | None = None
-        # (sync ticket, results) whose DONE records are written but not yet durable
-        self.unsynced: deque[tuple[int, Finished]] = deque()
-        self.forward = ForwardFiles(opts.maxfds or default_maxfds())
-        # Tasks whose streamed pipe data (FORWARD) could not be written: task -> why.
-        self.forward_errors: dict[int, str] = {}
         self.counts = Counts()
         self.placer = Placer(dag, self.engine, self.resources, self.chains, self.seq,
                              self.counts, out, prefetch=self.prefetch,
                              set_affinity=opts.set_affinity)
+        # What results leave behind: rescue records (DONE durable before children run:
+        # (sync ticket, results) written, not yet synced), forwarded data.
+        self.rescue: RescueLog | None = None
+        self.unsynced: deque[tuple[int, Finished]] = deque()
+        self.forward = ForwardFiles(opts.maxfds or default_maxfds())
+        # Tasks whose streamed pipe data (FORWARD) could not be written: task -> why.
+        self.forward_errors: dict[int, str] = {}
+        # The clock, the wall-time deadline and stops (``stops``: signals and warnings).
         self.start_time = time.time()
         self.t0 = time.monotonic()
         self.deadline: float | None = None
@@ -83,22 +86,16 @@ class Master(Stopping, Losses):
         self.stop_deadline: float | None = None
         self.gave_up = False  # tasks killed by the stop never reported: may still write
         self.signal_received: int | None = None
+        self.stops = Stopping(self)
+        # The workers: those alive, and heartbeats (see protocol.PING): when each was last
+        # heard from and sent anything, by the loop's clock (read once a turn); ``losses``:
+        # lost workers, probes, replacements.
         self.ranks_alive: set[int] = set(range(1, transport.size))
-        # Heartbeats (see protocol.PING): when each worker was last heard from and last
-        # sent anything, by the loop's clock (read once a turn, not once a message).
         self.clock = time.monotonic()
         self.heard: dict[int, float] = {}
         self.sent: dict[int, float] = {}
         self.beat_due = 0.0
-        # Lost workers each task was on (few tasks ever are: not an array of every task).
-        self.losses: dict[int, int] = {}
-        self.host_losses: dict[str, int] = {}
-        self.quarantined: set[str] = set()
-        self.benched: dict[int, str] = {}
-        # Embedded mode: workers started in place of lost ones, as many as at the start.
-        self.config: protocol.WorkerConfig | None = None
-        self.joining: dict[int, Joiner] = {}
-        self.replacements_left = transport.size - 1
+        self.losses = Losses(self)
         # Log levels, fixed for the run: per-task lines cost one attribute test when off.
         self.debug = log.enabled(log.DEBUG)
         self.trace = log.enabled(log.TRACE)
@@ -115,14 +112,14 @@ class Master(Stopping, Losses):
         try:
             self.t.send(rank, msg)
         except TransportError:
-            self.worker_lost(rank)
+            self.losses.worker_lost(rank)
 
     def remaining(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.monotonic()
 
     def stopping(self) -> str | None:
         """Why the run is being stopped (a signal noticed now), or None."""
-        self.check_signal()
+        self.stops.check_signal()
         return self.stop_reason
 
     # -- start-up --------------------------------------------------------------------------
@@ -130,7 +127,7 @@ class Master(Stopping, Losses):
     def gather_workers(self) -> None:
         o = self.opts
         config = startup.worker_config(o, f"{o.dag}.out.{{rank}}", f"{o.dag}.err.{{rank}}")
-        self.config = config  # for workers started later in place of lost ones
+        self.losses.config = config  # for workers started later in place of lost ones
         self.broadcast((protocol.CONFIG, protocol.VERSION, config))
         self.accounting, self.memory_limits = startup.gather_workers(
             self.t, self.ranks_alive, self.resources, self.stopping)
@@ -144,7 +141,7 @@ class Master(Stopping, Losses):
         self.rescue = RescueLog(self.opts.rescue_path, self.dag, self.done_at_start,
                                 self.engine.ids_in(State.REUSED))
         startup.start_hosts(self.t, self.resources, bool(self.opts.host_script),
-                            self.remaining(), self.worker_lost, self.stopping)
+                            self.remaining(), self.losses.worker_lost, self.stopping)
         o, res = self.opts, self.resources
         return RunInfo(
             dag_path=o.dag, tasks=self.dag.ntasks, recovered=self.engine.recovered,
@@ -190,7 +187,7 @@ class Master(Stopping, Losses):
                 if self.unsynced:
                     self.complete_synced(block=True)  # nothing else to wait for
                     continue
-                if self.stop_reason or self.draining or (self.engine.finished() and (
+                if self.stop_reason or self.stops.draining or (self.engine.finished() and (
                         self.open is None or self.open.may_end())):
                     break
             if self.stop_deadline is not None and time.monotonic() > self.stop_deadline:
@@ -203,7 +200,7 @@ class Master(Stopping, Losses):
                 break
             self.turn()
         return self.counts.summary(self.engine, self.resources,
-                                   self.stop_reason or self.draining, self.start_time,
+                                   self.stop_reason or self.stops.draining, self.start_time,
                                    time.monotonic() - self.t0)
 
     def turn(self) -> None:
@@ -222,15 +219,15 @@ class Master(Stopping, Losses):
         self.clock = now = time.monotonic()
         # Before the results: when a batch system signals every rank at once, tasks
         # its SIGTERM killed on the workers are stopped, not failed.
-        self.check_signal()
+        self.stops.check_signal()
         results: list[TaskResult] = []
         starts: list[tuple[int, float]] = []
         failed: list[protocol.Message] = []
         alive, heard = self.ranks_alive, self.heard
         for rank, msg in msgs:
             if rank not in alive:
-                if rank in self.joining:
-                    self.joiner_says(rank, msg)
+                if rank in self.losses.joining:
+                    self.losses.joiner_says(rank, msg)
                 continue  # or given up on: its tasks are someone else's now
             heard[rank] = now
             tag = msg[0]
@@ -253,23 +250,23 @@ class Master(Stopping, Losses):
                 failed.append((rank, *msg[1:3]))
             elif tag == protocol.WARNED:
                 for sig in msg[1]:
-                    self.warned(sig, rank)
+                    self.stops.warned(sig, rank)
         if results or starts:
             self.handle_results(results, starts)  # sent before it failed: they count
         for rank, host, trace in failed:
             startup.log_failure(rank, host, trace)
-            self.worker_lost(rank)
+            self.losses.worker_lost(rank)
         for rank in self.t.lost():
-            self.worker_lost(rank)
+            self.losses.worker_lost(rank)
         if now >= self.beat_due:
-            self.heartbeats(now)
+            self.losses.heartbeats(now)
         if self.prefetch and chains.queued and not self.engine.accepting():
             # The failure limit stops the run: what waits on workers goes back.
             self.recall(list(chains.queued))
         now_left = self.remaining()
         if self.stop_reason is None and now_left is not None and now_left <= 0:
             log.fatal("Workflow wall time exceeded!")
-            self.stop(f"maximum wall time of {self.opts.max_wall_time:g} minutes reached")
+            self.stops.stop(f"maximum wall time of {self.opts.max_wall_time:g} minutes reached")
 
     def mark_ready(self, task_id: int) -> None:
         # A new sequence number each time a task is queued, a retry too (2.0, then 3.0),
@@ -283,7 +280,7 @@ class Master(Stopping, Losses):
 
     def dispatch(self) -> None:
         engine = self.engine
-        if not engine.accepting() or self.draining:
+        if not engine.accepting() or self.stops.draining:
             return
         batches = self.placer.place(self.remaining())
         chains = self.chains
@@ -472,13 +469,13 @@ class Master(Stopping, Losses):
     # -- the end ---------------------------------------------------------------------------
 
     def shutdown_workers(self) -> None:
-        self.drop_joiners()
+        self.losses.drop_joiners()
         pending = set(self.ranks_alive)
         if self.debug:
             for rank in sorted(pending):
                 log.debug(f"Sending shutdown message to worker {rank}")
         # Whether a worker was lost: MPI workers then leave without MPI_Finalize.
-        self.broadcast((protocol.SHUTDOWN, bool(self.host_losses)))
+        self.broadcast((protocol.SHUTDOWN, bool(self.losses.host_losses)))
         deadline = time.monotonic() + BYE_TIMEOUT
         while pending & self.ranks_alive and time.monotonic() < deadline:
             for rank, msg in self.t.poll(SIGNAL_CHECK):

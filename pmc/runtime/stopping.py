@@ -13,14 +13,14 @@
   left, with everything written (summary, merged output, status), and the next run — a
   chain's next link — resumes from the rescue log. ``stop``: a stop. ``ignore``: logged.
 
-A mixin of ``Master``: these are its methods, kept apart by job.
+``Stopping`` is the master's (its ``stops``); what it needs of the master is ``Owner``.
 """
 
 from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterable
+from typing import Protocol
 
 from pmc import batchsignals, log
 from pmc.core import protocol
@@ -30,24 +30,32 @@ from pmc.options import RunOptions
 STOP_GRACE = 10.0  # after a stop, how long killed tasks may take to report
 
 
-class Stopping:
-    # The master's state these methods use (set by Master.__init__).
+class Owner(Protocol):
+    """What the stopping reads and calls of the master that owns it."""
+
     opts: RunOptions
     chains: Chains
     ranks_alive: set[int]
     stop_reason: str | None  # set when the run is being stopped early
     stop_deadline: float | None
     signal_received: int | None  # a stop signal the handler saw (SIGTERM, SIGINT)
-    # Kept here (Master.__init__ does not set it): why the run drains, after a warning.
-    draining: str | None = None
 
     def send(self, rank: int, msg: protocol.Message) -> None: ...
-    def recall(self, task_ids: Iterable[int]) -> None: ...
+    def recall(self, task_ids: list[int]) -> None: ...
+
+
+class Stopping:
+    """The master's stops and warnings."""
+
+    def __init__(self, master: Owner) -> None:
+        self.m = master
+        self.draining: str | None = None  # why the run drains, after a warning
 
     def check_signal(self) -> None:
         """Act on a stop signal or warnings that came since the last look."""
-        sig = self.signal_received
-        if sig is not None and self.stop_reason is None:
+        m = self.m
+        sig = m.signal_received
+        if sig is not None and m.stop_reason is None:
             log.fatal(f"Caught signal {sig}")
             self.stop(f"received {signal.Signals(sig).name}")
         if batchsignals.pending():
@@ -56,30 +64,32 @@ class Stopping:
 
     def stop(self, reason: str) -> None:
         """Stop dispatching and kill running tasks (SIGTERM, then SIGKILL on the workers)."""
-        self.stop_reason = reason
-        self.stop_deadline = time.monotonic() + STOP_GRACE
-        busy = {w.rank for w in self.chains.busy_workers()}
-        for rank in sorted(busy & self.ranks_alive):
-            self.send(rank, (protocol.KILL,))
+        m = self.m
+        m.stop_reason = reason
+        m.stop_deadline = time.monotonic() + STOP_GRACE
+        busy = {w.rank for w in m.chains.busy_workers()}
+        for rank in sorted(busy & m.ranks_alive):
+            m.send(rank, (protocol.KILL,))
 
     def warned(self, sig: int, rank: int = 0) -> None:
         """A warning signal reached this process (``rank`` 0) or a worker."""
+        m = self.m
         name = batchsignals.name(sig)
         caught = f"Worker {rank} caught signal" if rank else "Caught signal"
-        action = self.opts.on_warning
+        action = m.opts.on_warning
         if action == "ignore":
             log.warn(f"{caught} {sig} ({name}), a warning that time is short: ignored "
                      "(--on-warning ignore)")
-        elif self.stop_reason is not None or self.draining is not None:
+        elif m.stop_reason is not None or self.draining is not None:
             log.info(f"{caught} {sig} ({name}): the run is already "
-                     f"{'stopping' if self.stop_reason else 'draining'}")
+                     f"{'stopping' if m.stop_reason else 'draining'}")
         elif action == "stop":
             log.fatal(f"{caught} {sig}")
             self.stop(f"received {name}")
         else:
-            running = len(self.chains.running)
+            running = len(m.chains.running)
             log.warn(f"{caught} {sig} ({name}): time is short: no task starts any more; "
                      f"the {running} running go on until they end (a SIGTERM stops them)")
             self.draining = f"received {name}, a warning that time is short"
-            if self.chains.queued:
-                self.recall(list(self.chains.queued))
+            if m.chains.queued:
+                m.recall(list(m.chains.queued))
