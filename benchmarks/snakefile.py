@@ -1,0 +1,147 @@
+"""A Snakefile of many short jobs through pmc against snakemake-executor-plugin-slurm,
+on the real (one-node) Slurm, in one run: makespan and jobs submitted to Slurm.
+
+    python benchmarks/snakefile.py [--jobs 500] [--cpus 8] [--keep DIR]
+
+pmc: one batch job (``sbatch -c CPUS``, running ``snakemake --executor pmc``) in which
+every Snakemake job is a task of one pmc open run with CPUS embedded workers. Slurm:
+``snakemake --executor slurm --jobs CPUS`` on this host, a batch job of one cpu per rule
+instance, at most CPUS of them at once (as the pmc job's CPUS slots; a centre's limit
+of jobs per user works alike; the rest of the node is left to others). Both with the
+plugins' defaults but the status command (``squeue``: this cluster keeps no accounting
+for ``sacct``).
+Makespan: from starting the side (sbatch, or snakemake) until every output exists and
+Snakemake has ended. Jobs submitted: the Slurm job ids seen with a submit time in the
+side (``squeue --states=all``, polled each second; finished jobs stay listed for
+MinJobAge). Needs the Slurm of ci/slurm-up.sh, snakemake, the slurm plugin and
+snakemake-executor-plugin-pmc installed in this Python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from _common import PYTHON, machine, workdir
+
+SNAKEFILE = """\
+COUNT = int(config.get("count", 500))
+
+rule all:
+    input: expand("out/{i}.txt", i=range(COUNT))
+
+rule short:
+    output: "out/{i}.txt"
+    shell: "echo {wildcards.i} > {output}"
+"""
+
+
+class JobWatch(threading.Thread):
+    """Slurm job ids submitted from ``since`` on, polled each second."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.since = time.strftime("%Y-%m-%dT%H:%M:%S")
+        self.ids: set[str] = set()
+        self.stopping = threading.Event()
+
+    def look(self) -> None:
+        out = subprocess.run(["squeue", "--states=all", "-h", "-o", "%i %V"],
+                             capture_output=True, text=True, check=False).stdout
+        for line in out.splitlines():
+            job, _, submitted = line.partition(" ")
+            if submitted >= self.since:
+                self.ids.add(job)
+
+    def run(self) -> None:
+        while not self.stopping.wait(1.0):
+            self.look()
+
+    def stop(self) -> int:
+        self.stopping.set()
+        self.join()
+        self.look()
+        return len(self.ids)
+
+
+def side(name: str, cwd: Path, run: Callable[[Path], tuple[int, str, str]],
+         count: int) -> dict[str, object]:
+    cwd.mkdir(parents=True)
+    (cwd / "Snakefile").write_text(SNAKEFILE)
+    watch = JobWatch()
+    time.sleep(1.1)  # the watch's second: no job of an earlier side counts
+    watch.since = time.strftime("%Y-%m-%dT%H:%M:%S")
+    watch.start()
+    t0 = time.monotonic()
+    code, out, err = run(cwd)
+    wall = time.monotonic() - t0
+    jobs = watch.stop()
+    made = len(list((cwd / "out").glob("*.txt")))
+    (cwd / f"{name}.stdout").write_text(out)
+    (cwd / f"{name}.stderr").write_text(err)
+    return {"side": name, "exit": code, "outputs": made, "expected": count,
+            "makespan": wall, "jobs": jobs}
+
+
+def command(argv: list[str]) -> Callable[[Path], tuple[int, str, str]]:
+    def run(cwd: Path) -> tuple[int, str, str]:
+        p = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False)
+        return p.returncode, p.stdout, p.stderr
+    return run
+
+
+def batch_job(cpus: int, script: str) -> Callable[[Path], tuple[int, str, str]]:
+    def run(cwd: Path) -> tuple[int, str, str]:
+        (cwd / "job.sh").write_text(script)
+        job = subprocess.run(["sbatch", "--parsable", "-N1", "-n1", "-c", str(cpus), "-o",
+                              "job.out", "-J", "pmc-snakemake", "job.sh"], cwd=cwd,
+                             capture_output=True, text=True, check=True).stdout.strip()
+        state = wait_batch(job.split(";")[0])
+        log = (cwd / "job.out").read_text() if (cwd / "job.out").exists() else ""
+        return (0 if state == "COMPLETED" else 1), f"job {job}: {state}\n", log
+    return run
+
+
+def wait_batch(job: str) -> str:
+    """The state the batch job ended in."""
+    while True:
+        out = subprocess.run(["squeue", "--states=all", "-h", "-j", job, "-o", "%T"],
+                             capture_output=True, text=True, check=False).stdout.strip()
+        if out and out not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"):
+            return out
+        time.sleep(0.5)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--jobs", type=int, default=500, help="short jobs in the Snakefile")
+    ap.add_argument("--cpus", type=int, default=5, help="cpus of the pmc job, and slots "
+                    "of both sides (default 5 of the one-node Slurm's 8 declared cpus)")
+    ap.add_argument("--keep", help="work in this directory and keep it")
+    args = ap.parse_args()
+    root = workdir(args.keep)
+    n, cpus = args.jobs, args.cpus
+    snake = [PYTHON, "-m", "snakemake", "--jobs", str(n), "--latency-wait", "60",
+             "--config", f"count={n}"]
+    pmc_cmd = shlex.join([*snake[:3], "--executor", "pmc", "--pmc-workers", str(cpus),
+                          *snake[3:]])
+    results = [side("pmc", root / "pmc", batch_job(cpus, f"#!/bin/sh\n{pmc_cmd}\n"), n),
+               side("slurm", root / "slurm", command(
+                   [*snake[:3], "--executor", "slurm", "--slurm-status-command", "squeue",
+                    "--jobs", str(cpus), *snake[5:]]), n)]
+    print(f"machine: {machine()}")
+    print(f"Slurm: one node; {cpus} slots a side; {n} jobs of 'echo i > out/i.txt'")
+    print(f"{'side':<8}{'exit':>6}{'outputs':>10}{'makespan s':>12}{'Slurm jobs':>12}")
+    for r in results:
+        print(f"{r['side']:<8}{r['exit']:>6}{r['outputs']!s:>10}{r['makespan']:>12.1f}"
+              f"{r['jobs']:>12}")
+    print(f"(work in {root})")
+
+
+if __name__ == "__main__":
+    main()
