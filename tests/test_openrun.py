@@ -344,3 +344,21 @@ def test_a_batch_joins_the_dag_as_if_it_had_been_written_in_it(tmp_path):
     assert dag.id_of("N1") == 7 and dag.task(7).cpus == 2 and dag.task(7).line == 2
     assert engine.add(6, batch.edges) == []  # N0 waits for T5, N1 for N0
     assert engine.ntasks == 8 and engine.waiting_on[6:] .tolist() == [1, 1]
+
+
+def test_added_tasks_are_in_the_event_log_and_the_report(tmp_path, runs):
+    dag = write_dag(tmp_path / "wf.dag", f"TASK A {LOG.format(name='A')}\n")
+    run = OpenRun(dag, "--log-format", "json", "--log-file", "events.json")
+    runs.append(run)
+    r = run.add("-", f"TASK B {LOG.format(name='B')}\nEDGE A B\n")
+    assert r.returncode == 0, r.stderr
+    code, _out, err = run.finish()
+    assert code == 0, err
+    events = [json.loads(line) for line in (tmp_path / "events.json").read_text().splitlines()
+              if line.startswith("{")]
+    (added,) = [e for e in events if e.get("event") == "workflow.tasks_added"]
+    assert added["added"] == 1 and added["tasks"] == 2 and added["names"] == ["B"]
+    assert {e["task"] for e in events if e.get("event") == "task.finished"} == {"A", "B"}
+    report = pmc(["report", "events.json"], tmp_path)
+    assert report.returncode == 0, report.stderr
+    assert "Tasks in DAG: 2 " in report.stdout

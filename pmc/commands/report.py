@@ -146,6 +146,8 @@ def read_runs(path: str) -> list[Run]:
                 run.host_cpus[str(ev.get("host", ""))] = int(ev.get("cpus", 0))
                 if ev.get("gpus"):
                     run.host_gpus[str(ev.get("host", ""))] = int(ev["gpus"])
+            elif name == "workflow.tasks_added":  # an open run's (pmc run --open)
+                run.tasks = int(ev.get("tasks", run.tasks))
             elif name == "workflow.finished":
                 run.finished = ev
     return runs
