@@ -14,11 +14,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from pmctest import clean_env, pmc, rescue_done, write_dag
+from pmctest import MPIEXEC, clean_env, pmc, rescue_done, write_dag
 
 from pmc.client import Client, SubmitError
 
@@ -38,11 +38,12 @@ def wait_until(cond, what: str, timeout: float = 60.0) -> None:
 class OpenRun:
     """``pmc run --open`` of a DAG, as a real process."""
 
-    def __init__(self, dag: Path, *extra: str) -> None:
+    def __init__(self, dag: Path, *extra: str, launcher: Sequence[str] = ()) -> None:
         self.dag = dag
         self.cwd = dag.parent
+        workers = [] if launcher else ["--workers", "2"]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pmc", "run", "--open", "--workers", "2", *extra,
+            [*launcher, sys.executable, "-m", "pmc", "run", "--open", *workers, *extra,
              dag.name], cwd=self.cwd, env=clean_env(), stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True)
         wait_until(lambda: Path(f"{dag}.sock").exists() or self.proc.poll() is not None,
@@ -362,3 +363,27 @@ def test_added_tasks_are_in_the_event_log_and_the_report(tmp_path, runs):
     report = pmc(["report", "events.json"], tmp_path)
     assert report.returncode == 0, report.stderr
     assert "Tasks in DAG: 2 " in report.stdout
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_an_open_run_under_mpiexec(tmp_path, runs, ranks):
+    """Under MPI the master polls the transport: a request still wakes it (3 ranks:
+    --no-host-sockets, every message through MPI)."""
+    if MPIEXEC is None:
+        pytest.skip("mpiexec not installed (pip install '.[mpi]')")
+    dag = write_dag(tmp_path / "wf.dag", f"TASK A {LOG.format(name='A')}\n")
+    extra = ["--no-host-sockets"] if ranks == 3 else []
+    run = OpenRun(dag, *extra, launcher=[MPIEXEC, "-n", str(ranks)])
+    runs.append(run)
+    wait_until(lambda: "A" in run.done(), "A done")
+    r = run.add("-", f"TASK B {LOG.format(name='B')}\nEDGE A B\n")
+    assert r.returncode == 0, r.stderr
+    with Client.connect(str(dag)) as client:
+        (b,) = client.wait([client.submit(["/bin/sh", "-c", "echo C >> ran.txt"],
+                                          after=["B"])], timeout=120)
+        assert b.ok
+    code, out, err = run.finish()
+    assert code == 0, err
+    assert ran(tmp_path) == ["A", "B", "C"]
+    assert "tasks=3, submitted=3, succeeded=3" in out
