@@ -90,6 +90,12 @@ def _run_mpi(opts: RunOptions, output: LogOutput | None) -> int:
         code = _run_master(opts, workers, "mpi", output)
     finally:
         workers.release()
+    if transport.given_up():
+        # A rank given up on may never end, and the job with it: end it (every record
+        # is written by now).
+        from pmc.transport import jobend
+
+        jobend.end_job(transport.comm, code, transport.given_up())
     return _leave_mpi(code)
 
 

@@ -282,6 +282,10 @@ class MpiTransport:
             self._lost.remove(rank)  # the master knows
         _LOST_PEER.append(rank)
 
+    def given_up(self) -> list[int]:
+        """Rank 0: the ranks it gave up on (``abandon``), which may never end."""
+        return sorted(self._abandoned)
+
     def rank_ended(self) -> bool:
         """Has the launcher said (SIGUSR1) that a rank ended since the last call?"""
         seen = bool(_NOTICES)

@@ -38,8 +38,8 @@ def pmc(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return on_head(cwd, sys.executable, "-m", "pmc", *args)
 
 
-def submit(cwd: Path, dag: str, *args: str) -> str:
-    proc = pmc(cwd, "submit", "--site", str(PROFILE), *args, dag)
+def submit(cwd: Path, dag: str, *args: str, site: Path = PROFILE) -> str:
+    proc = pmc(cwd, "submit", "--site", str(site), *args, dag)
     assert proc.returncode == 0, proc.stderr
     job_id = proc.stdout.strip()
     assert job_id.isdigit(), proc.stdout
