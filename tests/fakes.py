@@ -23,6 +23,13 @@ from pmc.options import RunOptions
 from pmc.runtime.master import Master
 
 
+def hello(host: str, cpus: int, memory: int, slots: int, pid: int) -> protocol.Hello:
+    """The HELLO a worker sends, as a worker on a host without GPUs that measures its
+    tasks by rusage sends it (``runtime.worker.Worker.hello``)."""
+    return protocol.Hello(protocol.HELLO, protocol.VERSION, host, cpus, memory, slots, pid,
+                          dict.fromkeys(range(cpus), 0), "rusage", "rlimit", "", (), ())
+
+
 class InstantWorkers:
     """The master's end of a transport whose workers exist only as their answers: they
     register (HELLO) at the master's first look, in the order given by ``hosts`` ((rank,
@@ -39,9 +46,7 @@ class InstantWorkers:
         self.memory = memory  # MB
         self.slots = slots
         self.inbox: deque[tuple[int, protocol.Message]] = deque(
-            (rank, (protocol.HELLO, protocol.VERSION, host, cpus, memory, slots, 100 + rank,
-                    {}))
-            for rank, host in hosts)
+            (rank, hello(host, cpus, memory, slots, 100 + rank)) for rank, host in hosts)
         self.now = time.time()
 
     @classmethod
@@ -116,9 +121,8 @@ class SimWorkers:
         if dest in self.dead:
             return
         if tag == protocol.CONFIG:
-            self.out.append((dest, (protocol.HELLO, protocol.VERSION,
-                                    self.hosts.get(dest, "sim"), 64, 1 << 20,
-                                    self.slots, 0, {})))
+            self.out.append((dest, hello(self.hosts.get(dest, "sim"), 64, 1 << 20,
+                                         self.slots, 0)))
         elif tag == protocol.TASKS:
             self.specs.extend(msg[1])
             for spec in msg[1]:

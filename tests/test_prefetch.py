@@ -269,9 +269,9 @@ class ScriptWorkers(SpawningWorkers):
 
     def send(self, dest: int, msg: protocol.Message) -> None:
         super().send(dest, msg)
-        if msg[0] == protocol.START and dest not in self.dead:
-            self.starts.append((dest, msg[1], msg[2]))
-            if msg[2]:
+        if isinstance(msg, protocol.Start) and dest not in self.dead:
+            self.starts.append((dest, msg.host_rank, msg.run_host_script))
+            if msg.run_host_script:
                 self.out.append((dest, (protocol.HOST_SCRIPT, True, "")))
 
 

@@ -127,11 +127,12 @@ def test_local_master_with_real_workers(tmp_path: Path) -> None:
     try:
         assert t.rank == 0 and t.size == 3 and t.fileno() is not None
         for rank in (1, 2):
-            t.send(rank, (protocol.CONFIG, protocol.VERSION, _config(tmp_path)))
+            t.send(rank, protocol.config(_config(tmp_path)))
         hellos = _gather(t, protocol.HELLO, {1, 2})
         for msg in hellos.values():
-            assert msg[1] == protocol.VERSION and msg[3] == 3 and msg[4] == 1234
-        pids = {rank: msg[6] for rank, msg in hellos.items()}
+            assert isinstance(msg, protocol.Hello)
+            assert msg.version == protocol.VERSION and msg.cpus == 3 and msg.memory == 1234
+        pids = {rank: msg.pid for rank, msg in hellos.items()}
         assert pids == {rank: p.pid for rank, p in t.procs.items()}
         for rank in (1, 2):
             t.send(rank, (protocol.SHUTDOWN,))
@@ -145,7 +146,7 @@ def test_local_master_reports_a_lost_worker(tmp_path: Path) -> None:
     t = LocalMaster(2, env=clean_env())
     try:
         for rank in (1, 2):
-            t.send(rank, (protocol.CONFIG, protocol.VERSION, _config(tmp_path)))
+            t.send(rank, protocol.config(_config(tmp_path)))
         _gather(t, protocol.HELLO, {1, 2})
         t.procs[2].send_signal(signal.SIGKILL)
         deadline = time.monotonic() + 30
@@ -173,10 +174,10 @@ def test_forked_workers_hold_only_their_own_socket(tmp_path: Path) -> None:
     try:
         assert all(isinstance(p, Forked) for p in t.procs.values())
         for rank in (1, 2):
-            t.send(rank, (protocol.CONFIG, protocol.VERSION, _config(tmp_path)))
+            t.send(rank, protocol.config(_config(tmp_path)))
         hellos = _gather(t, protocol.HELLO, {1, 2})
         for rank, proc in t.procs.items():
-            assert hellos[rank][6] == proc.pid
+            assert hellos[rank].pid == proc.pid
             assert comm(proc.pid) == f"pmc-worker-{rank}"
             assert os.getpgid(proc.pid) == proc.pid
         conn = t.conns.pop(1)  # as if the master were gone, for worker 1
@@ -214,9 +215,9 @@ def test_a_worker_tells_the_master_why_it_failed(tmp_path: Path, serve: Serve | 
     t = LocalMaster(1, env=clean_env(), serve=serve)
     try:
         # A task whose spec is not a TaskSpec: the worker's loop cannot handle it.
-        t.send(1, (protocol.CONFIG, protocol.VERSION, _config(tmp_path)))
+        t.send(1, protocol.config(_config(tmp_path)))
         _gather(t, protocol.HELLO, {1})
-        t.send(1, (protocol.START, 0, False, None))
+        t.send(1, protocol.start(0, False, None))
         t.send(1, (protocol.TASKS, ["not a task spec"]))
         (msg,) = _gather(t, protocol.WORKER_FAILED, {1}).values()
         _tag, host, text = msg

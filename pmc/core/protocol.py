@@ -1,15 +1,15 @@
 """Messages between the master (rank 0) and the workers.
 
-Plain tuples with an integer tag first: cheap to pickle, and batched — one TASKS message
+Tuples with an integer tag first: the hand-shake's as records read by name (``Config``,
+``Hello``, ``Start``), the others plain tuples, cheap to pickle, and batched — one TASKS message
 carries every task the master hands a worker at once, one RESULTS message every result a
 worker has ready. The sequence of a run:
 
-    master -> worker   CONFIG(version, WorkerConfig)
-    worker -> master   HELLO(version, hostname, cpus, memory_mb, slots, pid, cpu_socket,
-                             accounting, memory limits, why, gpu ids,
-                             ((gpu id, its NUMA node), ...))
-    master -> worker   START(host_rank, run_host_script, wall_left)  (seconds of wall time
-                                                          left, None: no limit)
+    master -> worker   CONFIG: Config(version, WorkerConfig)
+    worker -> master   HELLO: Hello(version, hostname, cpus, memory, slots, pid,
+                             cpu_socket, accounting, memory_limits, why, gpus, gpu_numa)
+    master -> worker   START: Start(host_rank, run_host_script, wall_left)  (seconds of
+                                                          wall time left, None: no limit)
     worker -> master   HOST_SCRIPT(ok, message)          (only the worker that ran it)
     master -> worker   TASKS([TaskSpec, ...])            (any number of times)
     worker -> master   FORWARD(task id, destination, data)  (a piece of a finished task's
@@ -50,7 +50,8 @@ from typing import Any, NamedTuple
 # 6: PING, worker_timeout in WorkerConfig; 7: GPUs in HELLO, TaskSpec gpus and hosts;
 # 9: WARNED, limit_memory_by in WorkerConfig
 # 10: TaskSpec env and outputs (task arrays, declared files)
-VERSION = 10
+# 11: CONFIG, HELLO and START as records (Config, Hello, Start), read by name
+VERSION = 11
 
 CONFIG = 1
 HELLO = 2
@@ -76,6 +77,49 @@ WARNED = 17  # worker -> master: warning signals it caught (pmc.batchsignals), i
 FAILED_STATUS = 1 << 8
 
 Message = tuple[Any, ...]
+
+
+class Config(NamedTuple):
+    """Master -> worker, first: the protocol and what the worker needs of the options."""
+
+    tag: int
+    version: int
+    config: WorkerConfig
+
+
+class Hello(NamedTuple):
+    """Worker -> master, in answer to Config: the worker's host and how it runs tasks."""
+
+    tag: int
+    version: int
+    hostname: str
+    cpus: int
+    memory: int  # MB
+    slots: int
+    pid: int
+    cpu_socket: dict[int, int]  # cpu id -> its NUMA node (or socket)
+    accounting: str  # how it measures tasks (pmc.runtime.accounting)
+    memory_limits: str  # how it holds --strict-limits tasks to their -m
+    why: str  # why it measures so ("" if there is nothing to say)
+    gpus: tuple[str, ...]  # GPU ids, in the host's order
+    gpu_numa: tuple[tuple[str, int], ...]  # (GPU id, its NUMA node) where known
+
+
+class Start(NamedTuple):
+    """Master -> worker, once every worker said hello: go."""
+
+    tag: int
+    host_rank: int
+    run_host_script: bool
+    wall_left: float | None  # seconds of wall time left; None: no limit
+
+
+def config(worker_config: WorkerConfig) -> Config:
+    return Config(CONFIG, VERSION, worker_config)
+
+
+def start(host_rank: int, run_host_script: bool, wall_left: float | None) -> Start:
+    return Start(START, host_rank, run_host_script, wall_left)
 
 
 class WorkerConfig(NamedTuple):

@@ -324,7 +324,7 @@ class Losses:
                                     m.clock + startup.HELLO_TIMEOUT)
         log.info(f"Starting worker {rank} in place of worker {lost.rank}")
         try:
-            m.t.send(rank, (protocol.CONFIG, protocol.VERSION, self.config))
+            m.t.send(rank, protocol.config(self.config))
         except TransportError:
             self.worker_lost(rank)
 
@@ -339,7 +339,7 @@ class Losses:
             script = bool(m.opts.host_script) and j.host_rank == 0
             j.hello = msg
             try:
-                m.t.send(rank, (protocol.START, j.host_rank, script, m.remaining()))
+                m.t.send(rank, protocol.start(j.host_rank, script, m.remaining()))
             except TransportError:
                 self.worker_lost(rank)
                 return

@@ -128,7 +128,7 @@ class Master:
         o = self.opts
         config = startup.worker_config(o, f"{o.dag}.out.{{rank}}", f"{o.dag}.err.{{rank}}")
         self.losses.config = config  # for workers started later in place of lost ones
-        self.broadcast((protocol.CONFIG, protocol.VERSION, config))
+        self.broadcast(protocol.config(config))
         self.accounting, self.memory_limits = startup.gather_workers(
             self.t, self.ranks_alive, self.resources, self.stopping)
 

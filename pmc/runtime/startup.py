@@ -95,18 +95,14 @@ def gather_workers(t: Transport, ranks: set[int], resources: Resources,
 def add_worker(rank: int, msg: protocol.Message, resources: Resources) -> tuple[str, str]:
     """A worker's HELLO: the worker added to ``resources`` (its host rank the next on its
     host). Returns how it measures tasks and how it enforces --strict-limits memory."""
-    if msg[1] != protocol.VERSION:
+    if msg[1] != protocol.VERSION or not isinstance(msg, protocol.Hello):
         raise FatalError(f"Worker {rank} speaks protocol {msg[1]}, "
                          f"the master {protocol.VERSION}")
-    _, _, hostname, cpus, memory, slots, pid, sockets = msg[:8]
-    # A worker that does not say how it measures: unknown.
-    method, limits, why = msg[8:11] if len(msg) >= 11 else ("unknown", "rlimit", "")
-    gpus = tuple(msg[11]) if len(msg) >= 12 else ()
-    gpu_numa = dict(msg[12]) if len(msg) >= 13 else {}
-    if why:
-        log.debug(f"Worker {rank}: task accounting through {method}: {why}")
-    resources.add_worker(rank, hostname, cpus, memory, slots, pid, sockets, gpus, gpu_numa)
-    return method, limits
+    if msg.why:
+        log.debug(f"Worker {rank}: task accounting through {msg.accounting}: {msg.why}")
+    resources.add_worker(rank, msg.hostname, msg.cpus, msg.memory, msg.slots, msg.pid,
+                         msg.cpu_socket, msg.gpus, dict(msg.gpu_numa))
+    return msg.accounting, msg.memory_limits
 
 
 def check_capable(dag: DAG, state: bytearray, resources: Resources) -> None:
@@ -159,7 +155,7 @@ def start_hosts(t: Transport, resources: Resources, host_script: bool,
             if run_script:
                 scripts.add(w.rank)
             try:
-                t.send(w.rank, (protocol.START, w.host_rank, run_script, wall_left))
+                t.send(w.rank, protocol.start(w.host_rank, run_script, wall_left))
             except TransportError:
                 lost(w.rank)
     failures: list[str] = []

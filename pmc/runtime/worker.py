@@ -110,7 +110,7 @@ class Worker:
 
     # -- start-up ------------------------------------------------------------------
 
-    def hello(self) -> protocol.Message:
+    def hello(self) -> protocol.Hello:
         """What this worker tells the master of its host. Its GPU inventory (--host-gpus,
         else probed; limited to the job's own set) is read first: a contradiction
         raises ValueError, which stops the worker."""
@@ -127,10 +127,10 @@ class Worker:
         sockets = (dict.fromkeys(range(cpus), 0) if cfg.host_cpus is not None
                    else cpu_numa_nodes() or cpu_sockets())
         acc = self.launcher.accounting
-        return (protocol.HELLO, protocol.VERSION, self.hostname, cpus, memory, cfg.worker_slots,
-                os.getpid(), sockets, acc.method, acc.limits, acc.why,
-                tuple(g.id for g in gpus),
-                tuple((g.id, g.numa) for g in gpus if g.numa is not None))
+        return protocol.Hello(
+            protocol.HELLO, protocol.VERSION, self.hostname, cpus, memory, cfg.worker_slots,
+            os.getpid(), sockets, acc.method, acc.limits, acc.why, tuple(g.id for g in gpus),
+            tuple((g.id, g.numa) for g in gpus if g.numa is not None))
 
     def run_host_script(self) -> tuple[bool, str]:
         """Start the host script and wait for it to exit 0 (SIGALRM after its timeout,
@@ -371,10 +371,10 @@ def _live(transport: Transport) -> int:
     msg = _wait(transport, inbox)
     if msg[0] == protocol.SHUTDOWN:  # the master stopped before the run began
         return ExitCode.OK
-    if msg[0] != protocol.CONFIG or msg[1] != protocol.VERSION:
+    if not isinstance(msg, protocol.Config) or msg.version != protocol.VERSION:
         log.fatal(f"worker {transport.rank}: unexpected first message from master: {msg[:2]}")
         return ExitCode.FAILED
-    cfg: WorkerConfig = msg[2]
+    cfg = msg.config
     _setup_logging(cfg, transport.rank)
     rank = transport.rank
     log.debug(f"Worker {rank}: Starting...")
@@ -387,17 +387,18 @@ def _live(transport: Transport) -> int:
         return ExitCode.FAILED
     transport.send(0, hello)
     if log.enabled(log.TRACE):
-        log.trace(f"Worker {rank}: Host name: {hello[2]}")
-        log.trace(f"Worker {rank}: Host memory: {hello[4]} MB")
-        log.trace(f"Worker {rank}: Host threads/CPUs: {hello[3]}")
+        log.trace(f"Worker {rank}: Host name: {hello.hostname}")
+        log.trace(f"Worker {rank}: Host memory: {hello.memory} MB")
+        log.trace(f"Worker {rank}: Host threads/CPUs: {hello.cpus}")
     msg = _wait(transport, worker.inbox)
     if msg[0] == protocol.SHUTDOWN:
         transport.send(0, (protocol.BYE, None))
         return ExitCode.OK
-    worker.launcher.host_rank, run_script, wall_left = msg[1], msg[2], msg[3]
-    if wall_left is not None:
+    assert isinstance(msg, protocol.Start), msg[:1]
+    worker.launcher.host_rank, run_script = msg.host_rank, msg.run_host_script
+    if msg.wall_left is not None:
         # Remaining seconds, not the master's clock: hosts' clocks may differ.
-        worker.deadline = time.monotonic() + wall_left
+        worker.deadline = time.monotonic() + msg.wall_left
     log.trace(f"Worker {rank}: Host rank: {worker.launcher.host_rank}")
     prev_handlers = catch_stops(worker.stop_asked)
     try:
