@@ -9,7 +9,7 @@
 # lives in the node's freezer cgroup, which is how a node is frozen or killed whole.
 
 PMCC_NODES="${PMC_CLUSTER_NODES:-3}"       # node1..nodeN
-PMCC_CPUS="${PMC_CLUSTER_CPUS:-4}"         # declared CPUs per node (more than the cores)
+PMCC_CPUS="${PMC_CLUSTER_CPUS:-6}"         # declared CPUs per node (more than the cores)
 PMCC_NET=10.77.0                            # /24, only inside the namespaces
 PMCC_HEAD=pmc-head                          # slurmctld and the login host
 PMCC_CONF_DIR=/etc/pmc-cluster

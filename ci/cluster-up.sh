@@ -125,9 +125,19 @@ done
 
 for host in "$PMCC_HEAD" $(pmcc_nodes); do pmcc_start_holder "$host"; done
 
-if pmcc_running "$PMCC_RUN/slurmctld.pid"; then
-    [ "$changed" = 1 ] && pmcc_exec "$PMCC_HEAD" scontrol reconfigure
-else
+stop_daemon() {  # a daemon started with an earlier configuration
+    local pidfile="$1"
+    pmcc_running "$pidfile" || return 0
+    kill "$(cat "$pidfile")"
+    for _ in $(seq 100); do pmcc_running "$pidfile" || return 0; sleep 0.1; done
+    kill -KILL "$(cat "$pidfile")" 2>/dev/null || true
+}
+if [ "$changed" = 1 ]; then
+    # Nodes' cpus and the like take a restart of the daemons, not a reconfigure.
+    stop_daemon "$PMCC_RUN/slurmctld.pid"
+    for node in $(pmcc_nodes); do stop_daemon "$PMCC_RUN/slurmd-$node.pid"; done
+fi
+if ! pmcc_running "$PMCC_RUN/slurmctld.pid"; then
     pmcc_log "starting slurmctld on $PMCC_HEAD"
     pmcc_exec "$PMCC_HEAD" /usr/sbin/slurmctld -f "$PMCC_CONF"
 fi

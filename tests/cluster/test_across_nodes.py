@@ -6,10 +6,12 @@ that ran the task; the host script runs once on each host."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from clusterkit import NODES, pmc, submit, task_hosts, wait_ended
+from clusterkit import NODES, REPO, pmc, submit, task_hosts, wait_ended
 from pmctest import rescue_done
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("test_cluster")]
@@ -43,3 +45,15 @@ def test_tasks_run_on_every_node(tmp_path: Path, launcher: str) -> None:
     assert sorted(set(ran.values())) == NODES
     assert sorted((tmp_path / "hostscript.txt").read_text().split()) == NODES
     assert pmc(tmp_path, "status", dag).returncode == 0
+
+
+def test_cluster_scale_benchmark_runs(tmp_path: Path) -> None:
+    """benchmarks/cluster_scale.py at a tiny size: every configuration completes."""
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "cluster_scale.py"),
+                           "--tasks", "20"], capture_output=True, text=True, timeout=600,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert lines[-1].startswith("SUMMARY 1 node: best "), proc.stdout
+    runs = [ln for ln in lines if ln.startswith("round ")]
+    assert len(runs) == 4 and all("COMPLETED | 20 tasks in" in ln for ln in runs), runs
