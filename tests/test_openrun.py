@@ -387,3 +387,26 @@ def test_an_open_run_under_mpiexec(tmp_path, runs, ranks):
     assert code == 0, err
     assert ran(tmp_path) == ["A", "B", "C"]
     assert "tasks=3, submitted=3, succeeded=3" in out
+
+
+def test_a_torn_last_batch_of_the_journal_is_ignored(tmp_path):
+    from pmc.dag import parse_dag
+    from pmc.runtime.journal import Journal, replay
+
+    dag_path = write_dag(tmp_path / "wf.dag", "TASK A /bin/true\n")
+    journal = Journal(str(tmp_path / "wf.dag.added"))
+    journal.append("TASK B /bin/true\nEDGE A B\n")
+    journal.append("TASK C -c 2 /bin/true\nEDGE B C\n")
+    journal.close()
+    whole = (tmp_path / "wf.dag.added").read_bytes()
+    dag = parse_dag(str(dag_path))
+    assert replay(dag, str(tmp_path / "wf.dag.added")) == (2, [])
+    assert [dag.name_of(t) for t in range(len(dag))] == ["A", "B", "C"]
+    assert list(dag.children(1)) == [2] and dag.task(2).cpus == 2
+    assert dag.task(2).line == 5  # its line in the journal
+    (tmp_path / "wf.dag.added").write_bytes(whole[:-5])  # killed mid-write
+    dag = parse_dag(str(dag_path))
+    added, warnings = replay(dag, str(tmp_path / "wf.dag.added"))
+    assert added == 1 and len(dag) == 2
+    assert warnings == [f"{tmp_path}/wf.dag.added:4: ignoring a torn last batch "
+                        "(never acknowledged)"]
