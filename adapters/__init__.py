@@ -3,6 +3,8 @@ submit, status and cancel for Slurm, PBS/Torque, LoadLeveler and local runs."""
 
 from __future__ import annotations
 
+import importlib
+
 from . import schedulers
 from .base import AdapterError, CommandError, JobState, JobStatus, Scheduler, render_script
 from .site import Site
@@ -12,7 +14,11 @@ def scheduler_for(name: str) -> Scheduler:
     """The adapter for a scheduler name from a site profile."""
     if name not in schedulers.BY_NAME:
         raise AdapterError(f"unknown scheduler {name!r}; allowed: {', '.join(schedulers.NAMES)}")
-    return schedulers.load(name)
+    # Its module imported only now: loading one adapter does not import the others.
+    entry = schedulers.BY_NAME[name]
+    module = importlib.import_module(f".{entry.module}", __package__)
+    scheduler: Scheduler = getattr(module, entry.cls)()
+    return scheduler
 
 
 def script_for(site: Site, dag: str, *, script_path: str | None = None, max_jobs: int = 1,

@@ -6,12 +6,7 @@ the default launcher and the launchers' checks are read from this table."""
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .base import Scheduler
 
 
 @dataclass(frozen=True)
@@ -35,12 +30,3 @@ ENTRIES = (
 )
 BY_NAME = {e.name: e for e in ENTRIES}
 NAMES = tuple(BY_NAME)
-
-
-def load(name: str) -> Scheduler:
-    """A new adapter for ``name`` (KeyError if there is none), its module imported only
-    now: loading one adapter does not import the others."""
-    entry = BY_NAME[name]
-    module = importlib.import_module(f".{entry.module}", __package__)
-    scheduler: Scheduler = getattr(module, entry.cls)()
-    return scheduler

@@ -15,20 +15,38 @@ from __future__ import annotations
 import select
 import time
 from array import array
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pmc import log
-from pmc.core.engine import State
+from pmc.core.engine import Engine, State
 from pmc.core.events import Observer
 from pmc.core.protocol import Message, TaskResult, exit_code_of, signal_of
+from pmc.core.resources import Resources
 from pmc.dag.extend import extend, parse_batch
 from pmc.dag.model import DAG, DagError, Task, options_of
 from pmc.options import RunOptions
 from pmc.runtime.journal import Journal, journal_path, replay
+from pmc.transport import Transport
 
 if TYPE_CHECKING:
     from pmc.runtime.channel import Channel, Request
-    from pmc.runtime.master import Master
+
+
+
+class Owner(Protocol):
+    """What the open run reads and calls of the master that owns it."""
+
+    t: Transport
+    dag: DAG
+    engine: Engine
+    out: Observer
+    resources: Resources
+    seq: array[int]
+    stop_reason: str | None
+    open: OpenRun | None
+
+    def mark_ready(self, task_id: int) -> None: ...
+
 
 OPS = frozenset({"add", "close", "state", "info"})
 MAX_NAMES = 100_000  # tasks one ``state`` request may ask about
@@ -55,12 +73,12 @@ class OpenRun(Observer):
         self.dag_path = dag_path
         self.base = base
         self.closed = False
-        self.master: Master | None = None
+        self.master: Owner | None = None
         self.channel: Channel | None = None
         self.journal: Journal | None = None
         self.records: dict[int, dict[str, Any]] = {}  # added tasks' last tries
 
-    def open(self, master: Master) -> None:
+    def open(self, master: Owner) -> None:
         """Start taking requests (once the master has started)."""
         from pmc.runtime.channel import Channel  # secrets, hmac: only for an open run
 
