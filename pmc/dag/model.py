@@ -7,12 +7,9 @@ edges in compressed (CSR) form, both small enough for a million tasks.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
-
-if TYPE_CHECKING:
-    from pmc.dag.arrays import Array
+from typing import Any, NamedTuple, Protocol, cast
 
 
 class DagError(Exception):
@@ -356,6 +353,20 @@ class TaskView:
 options_of = attrgetter("_options")
 
 
+class ArrayRange(Protocol):
+    """What a DAG knows of each of its task arrays (``pmc.dag.arrays.Array``)."""
+
+    name: str
+    first: int  # member i's id is first + i
+    n: int
+    command: str
+
+    @property
+    def start(self) -> int: ...
+    @property
+    def end(self) -> int: ...
+
+
 class DAG:
     """Tasks in DAG order plus edges in compressed (CSR) form: small for a million tasks.
 
@@ -379,7 +390,7 @@ class DAG:
         child_start: array[int],
         child_list: array[int],
         nparents: array[int],
-        arrays: dict[str, Array] | None = None,
+        arrays: Mapping[str, ArrayRange] | None = None,
     ) -> None:
         self.path = path
         self.tasks = tasks
@@ -387,7 +398,8 @@ class DAG:
         self.child_start = child_start  # len(tasks) + 1 offsets into child_list
         self.child_list = child_list
         self.nparents = nparents
-        self.arrays: dict[str, Array] = arrays or {}  # by name, in DAG order
+        # By name, in DAG order: the reader's dict itself (an open run adds to it).
+        self.arrays = cast(dict[str, ArrayRange], arrays) if arrays else {}
 
     def __len__(self) -> int:
         return len(self.tasks)
@@ -426,7 +438,7 @@ class DAG:
         return found
 
 
-def member_id(arrays: dict[str, Array], name: str) -> int | None:
+def member_id(arrays: Mapping[str, ArrayRange], name: str) -> int | None:
     """The id of array member ``NAME[INDEX]`` (INDEX written as ``str`` writes it), or
     None: by arithmetic, members being in no index."""
     if not name.endswith("]"):
