@@ -124,6 +124,9 @@ class Slurm(Scheduler):
             f"--nodes={site.nodes}",
             f"--ntasks-per-node={site.ranks_per_node}",
             f"--cpus-per-task={site.cpus_per_rank}",
+            # A node that fails does not end the allocation (nor requeue the job): pmc
+            # goes on with the ranks on the other nodes.
+            "--no-kill",
         ]
         if site.host_memory is not None:
             out.append(f"--mem={site.host_memory}M")

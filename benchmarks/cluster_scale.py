@@ -46,7 +46,7 @@ def job_state(cwd: Path, job: str) -> str:
 
 
 def one(base: Path, nodes: int, ranks: int, tasks: int, sockets: bool, label: str,
-        ) -> dict[str, object]:
+        limit: float = 300) -> dict[str, object]:
     cwd = Path(tempfile.mkdtemp(prefix=f"cluster-{label}-", dir=base))
     (cwd / "w.dag").write_text("".join(f"TASK t{i} /bin/true\n" for i in range(tasks)))
     args = ["--nodes", str(nodes), "--ranks-per-node", str(ranks // nodes),
@@ -58,17 +58,24 @@ def one(base: Path, nodes: int, ranks: int, tasks: int, sockets: bool, label: st
     if sub.returncode != 0:
         raise SystemExit(f"pmc submit failed: {sub.stderr}")
     job = sub.stdout.strip()
+    deadline = time.monotonic() + limit
     while (state := job_state(cwd, job)) in ("PENDING", "RUNNING", "CONFIGURING",
                                               "COMPLETING"):
+        if time.monotonic() > deadline:
+            on_head(cwd, "scancel", job)  # reported as it ended, without figures
         time.sleep(0.5)
-    snap = json.loads((cwd / "w.dag.status.json").read_text())
+    try:
+        snap = json.loads((cwd / "w.dag.status.json").read_text())
+    except FileNotFoundError:  # pmc's master never started (its ranks' wire-up hung)
+        snap = {"succeeded": 0, "wall": float("nan")}
     hosts: Counter[str] = Counter()
     for line in (cwd / f"slurm-{job}.out").read_text().splitlines():
         if line.startswith("[cluster-task "):
             hosts[line.split('hostname="', 1)[1].split('"', 1)[0]] += 1
     return {"label": label, "nodes": nodes, "job": job, "state": state,
             "succeeded": snap["succeeded"], "wall": snap["wall"],
-            "rate": snap["succeeded"] / snap["wall"], "hosts": dict(sorted(hosts.items()))}
+            "rate": snap["succeeded"] / snap["wall"] if snap["succeeded"] else 0.0,
+            "hosts": dict(sorted(hosts.items()))}
 
 
 def main() -> None:

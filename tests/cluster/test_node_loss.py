@@ -113,3 +113,62 @@ def test_node_frozen_mid_run(tmp_path: Path, launcher: str) -> None:
     finally:
         node("thaw", VICTIM)
         node("revive", VICTIM)
+
+
+WIDE = """\
+import socket, sys, time
+from mpi4py import MPI
+c = MPI.COMM_WORLD
+host = socket.gethostname()
+with open(f"start.{c.Get_rank()}", "a") as f:
+    f.write(f"{host}\\n")
+time.sleep(float(sys.argv[1]))
+peers = c.allgather(host)
+with open(f"wide.{c.Get_rank()}", "w") as f:
+    f.write(f"{c.Get_rank()} {c.Get_size()} {host}\\n")
+"""
+
+
+def test_node_killed_under_part_of_a_multirank_task(tmp_path: Path) -> None:
+    """A node killed while it runs two of the four ranks of a task (``--ranks 4
+    --ranks-per-host 2``): that try ends, the task runs again on the hosts left, every
+    task is DONE once and the job ends COMPLETED."""
+    (tmp_path / "wide.py").write_text(WIDE)
+    import sys
+
+    others = [f"s{i:02d}" for i in range(6)]
+    (tmp_path / "work.dag").write_text(
+        f"TASK wide --ranks 4 --ranks-per-host 2 {sys.executable} wide.py 15\n"
+        + "".join(f"TASK {n} /bin/sh -c 'sleep 2; echo {n} $(hostname) >> ran.txt'\n"
+                  for n in others))
+    job = submit(tmp_path, "work.dag", "--set", f"pmc.worker_timeout={TIMEOUT}",
+                 "--set", "pmc.tries=3")
+    victim = ""
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            started = [p.read_text().split() for p in tmp_path.glob("start.*")]
+            hosts = {h for lines in started for h in lines}
+            if len(started) == 4:
+                victim = sorted(hosts - {"node1"})[0]
+                break
+            assert time.monotonic() < deadline, started
+            time.sleep(0.2)
+        t0 = time.time()
+        node("kill", victim)
+        status = wait_ended(tmp_path, job, limit=300)
+        out = (tmp_path / f"slurm-{job}.out").read_text()
+        assert status.startswith(f"{job} COMPLETED"), status + "\n" + out
+        assert rescue_done(tmp_path / "work.dag.rescue") == sorted(["wide", *others])
+        wide = sorted(p.read_text().split() for p in tmp_path.glob("wide.*"))
+        assert [(int(r), int(s)) for r, s, _h in wide] == [(r, 4) for r in range(4)]
+        assert victim not in {h for _r, _s, h in wide}, "the task's last try ran on the " \
+            "hosts left"
+        assert sorted(ln.split()[0] for ln in (tmp_path / "ran.txt").read_text()
+                      .splitlines()) == others
+        end = slurm_time(job_fields(tmp_path, job)["EndTime"])
+        print(f"\n[node-loss] kill {victim} under 2 of the 4 ranks of a task: job {job} "
+              f"COMPLETED {end - t0:.0f} s after the kill")
+    finally:
+        if victim:
+            node("revive", victim)

@@ -6,6 +6,7 @@
 #SBATCH --nodes=8
 #SBATCH --ntasks-per-node=1
 #SBATCH --cpus-per-task=32
+#SBATCH --no-kill
 # pmc batch script for site example-cray-slurm (slurm, launcher aprun).
 # Every value from the profile is quoted; only the setup lines are raw shell.
 # walltime 04:00:00; pmc run stops by --max-wall-time 230 min, 00:10:00 before the limit.

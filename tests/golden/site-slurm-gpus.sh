@@ -5,6 +5,7 @@
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=2
 #SBATCH --cpus-per-task=16
+#SBATCH --no-kill
 #SBATCH --mem=245760M
 #SBATCH --gpus-per-node=4
 # pmc batch script for site example-slurm-gpus (slurm, launcher srun).

@@ -5,6 +5,7 @@
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=3
 #SBATCH --cpus-per-task=1
+#SBATCH --no-kill
 # pmc batch script for site ci-slurm (slurm, launcher srun).
 # Every value from the profile is quoted; only the setup lines are raw shell.
 # walltime 00:05:00; pmc run stops by --max-wall-time 4 min, 00:01:00 before the limit.

@@ -6,6 +6,7 @@
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=16
 #SBATCH --cpus-per-task=1
+#SBATCH --no-kill
 # pmc batch script for site example-slurm-mpiexec (slurm, launcher mpiexec).
 # Every value from the profile is quoted; only the setup lines are raw shell.
 # walltime 01:00:00; pmc run stops by --max-wall-time 54 min, 00:06:00 before the limit.

@@ -7,6 +7,7 @@
 #SBATCH --nodes=4
 #SBATCH --ntasks-per-node=8
 #SBATCH --cpus-per-task=4
+#SBATCH --no-kill
 #SBATCH --mem=122880M
 #SBATCH --constraint=haswell
 #SBATCH --exclusive
