@@ -170,6 +170,21 @@ def first_task(argv: list[str], stamp: Path, cwd: Path, env: dict[str, str],
             except OSError:
                 pass
         proc.wait()
+        # Until every one is gone: one still dying holds the DAG's lock (on a busy
+        # machine the next run, the reference's, once found it locked and exited).
+        end = time.time() + 60
+        while time.time() < end and any(Path(f"/proc/{pid}").exists()
+                                        and _state(pid) != "Z" for pid in seen):
+            time.sleep(0.05)
+
+
+def _state(pid: int) -> str:
+    """A process's state letter ("Z": a zombie, gone but for its parent's wait)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "Z"
 
 
 def _master(pid: int, argv: list[str]) -> int:
