@@ -160,7 +160,7 @@ def test_node_killed_under_part_of_a_multirank_task(tmp_path: Path) -> None:
         out = (tmp_path / f"slurm-{job}.out").read_text()
         assert status.startswith(f"{job} COMPLETED"), status + "\n" + out
         assert rescue_done(tmp_path / "work.dag.rescue") == sorted(["wide", *others])
-        wide = sorted(p.read_text().split() for p in tmp_path.glob("wide.*"))
+        wide = sorted(p.read_text().split() for p in tmp_path.glob("wide.[0-9]"))
         assert [(int(r), int(s)) for r, s, _h in wide] == [(r, 4) for r in range(4)]
         assert victim not in {h for _r, _s, h in wide}, "the task's last try ran on the " \
             "hosts left"
