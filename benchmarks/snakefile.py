@@ -12,9 +12,9 @@ plugins' defaults but the status command (``squeue``: this cluster keeps no acco
 for ``sacct``).
 Makespan: from starting the side (sbatch, or snakemake) until every output exists and
 Snakemake has ended. Jobs submitted: the Slurm job ids seen with a submit time in the
-side (``squeue --states=all``, polled each second; finished jobs stay listed for
-MinJobAge). Needs the Slurm of ci/slurm-up.sh, snakemake, the slurm plugin and
-snakemake-executor-plugin-pmc installed in this Python.
+side and their work directory in the side's (``squeue --states=all``, polled each
+second; finished jobs stay listed for MinJobAge). Needs the Slurm of ci/slurm-up.sh,
+snakemake, the slurm plugin and snakemake-executor-plugin-pmc installed in this Python.
 """
 
 from __future__ import annotations
@@ -42,20 +42,22 @@ rule short:
 
 
 class JobWatch(threading.Thread):
-    """Slurm job ids submitted from ``since`` on, polled each second."""
+    """Slurm job ids submitted from ``since`` on with their work directory in ``where``
+    (not the jobs of others sharing the cluster), polled each second."""
 
-    def __init__(self) -> None:
+    def __init__(self, where: Path) -> None:
         super().__init__(daemon=True)
+        self.where = str(where)
         self.since = time.strftime("%Y-%m-%dT%H:%M:%S")
         self.ids: set[str] = set()
         self.stopping = threading.Event()
 
     def look(self) -> None:
-        out = subprocess.run(["squeue", "--states=all", "-h", "-o", "%i %V"],
+        out = subprocess.run(["squeue", "--states=all", "-h", "-o", "%i|%V|%Z"],
                              capture_output=True, text=True, check=False).stdout
         for line in out.splitlines():
-            job, _, submitted = line.partition(" ")
-            if submitted >= self.since:
+            job, submitted, where = line.split("|", 2)
+            if submitted >= self.since and where.startswith(self.where):
                 self.ids.add(job)
 
     def run(self) -> None:
@@ -73,7 +75,7 @@ def side(name: str, cwd: Path, run: Callable[[Path], tuple[int, str, str]],
          count: int) -> dict[str, object]:
     cwd.mkdir(parents=True)
     (cwd / "Snakefile").write_text(SNAKEFILE)
-    watch = JobWatch()
+    watch = JobWatch(cwd)
     time.sleep(1.1)  # the watch's second: no job of an earlier side counts
     watch.since = time.strftime("%Y-%m-%dT%H:%M:%S")
     watch.start()
