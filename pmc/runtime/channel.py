@@ -141,7 +141,7 @@ class Channel:
             except OSError:
                 return  # closed
             if not self._slots.acquire(blocking=False):
-                log.warn("open run: refused a connection: too many at once")
+                log.warn("Open run: refused a connection: too many at once")
                 conn.close()
                 continue
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
@@ -153,7 +153,7 @@ class Channel:
                 pid, uid, _gid = _CRED.unpack(
                     conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size))
                 if uid != os.getuid():
-                    log.warn(f"open run: refused a connection from uid {uid} (pid {pid}): "
+                    log.warn(f"Open run: refused a connection from uid {uid} (pid {pid}): "
                              "not the run's user")
                     return
                 while self._serve_one(conn, pid):
@@ -193,7 +193,7 @@ class Channel:
         return True
 
     def _refuse(self, conn: socket.socket, pid: int, why: str) -> bool:
-        log.warn(f"open run: refused a request from pid {pid}: {why}")
+        log.warn(f"Open run: refused a request from pid {pid}: {why}")
         with contextlib.suppress(OSError):
             conn.sendall(encode({"ok": False, "error": f"refused: {why}"}))
         return False
