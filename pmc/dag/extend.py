@@ -12,6 +12,8 @@ the batch's own edges can close a cycle, which is refused. Task arrays cannot be
 from __future__ import annotations
 
 from array import array
+from itertools import repeat
+from operator import add
 from typing import NamedTuple
 
 from pmc.dag.lines import all_fields, show
@@ -142,7 +144,7 @@ def extend(dag: DAG, batch: Batch) -> None:
             pos = end
             shift += len(by_parent[p])
             upto = old[i + 1] + 1 if i + 1 < len(old) else len(start)
-            shifted.extend(s + shift for s in start[p + 1 : upto])
+            shifted.extend(map(add, start[p + 1 : upto], repeat(shift)))  # at C speed
         merged.extend(children[pos:])
         children[:] = merged
         start[:] = shifted
