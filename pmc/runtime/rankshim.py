@@ -45,6 +45,7 @@ import signal
 from collections.abc import Mapping
 
 from pmc import batchsignals
+from pmc.errors import ExitCode
 from pmc.process import flush_stdio, set_name
 
 # The rank as launchers give it before MPI starts: Hydra and Slurm's PMI (PMI_RANK),
@@ -132,7 +133,7 @@ def _keeper(pid: int) -> int:
         try:
             reaped, status = os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
-            return 1
+            return ExitCode.FAILED  # not its child: what became of the rank is unknown
         if reaped:
             break
         info = signal.sigwaitinfo(_WAITED)
