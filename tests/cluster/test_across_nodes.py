@@ -6,6 +6,7 @@ that ran the task; the host script runs once on each host."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -32,7 +33,8 @@ def spread_dag(cwd: Path) -> str:
 def test_tasks_run_on_every_node(tmp_path: Path, launcher: str) -> None:
     dag = spread_dag(tmp_path)
     job = submit(tmp_path, dag, "--set", f"launcher={launcher}",
-                 "--set", f"pmc.host_script={tmp_path / 'hostscript.sh'}")
+                 "--set", f"pmc.host_script={tmp_path / 'hostscript.sh'}",
+                 "--set", "logging.format=json", "--set", "logging.file=events.jsonl")
     status = wait_ended(tmp_path, job)
     assert status.startswith(f"{job} COMPLETED"), status
     assert rescue_done(tmp_path / "spread.dag.rescue") == TASKS
@@ -43,6 +45,9 @@ def test_tasks_run_on_every_node(tmp_path: Path, launcher: str) -> None:
     ran = dict(line.split() for line in (tmp_path / "ran.txt").read_text().splitlines())
     assert {name: h[0] for name, h in hosts.items()} == ran
     assert sorted(set(ran.values())) == NODES
+    # So do the events (task.finished).
+    events = [json.loads(ln) for ln in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert {e["task"]: e["host"] for e in events if e["event"] == "task.finished"} == ran
     assert sorted((tmp_path / "hostscript.txt").read_text().split()) == NODES
     assert pmc(tmp_path, "status", dag).returncode == 0
 

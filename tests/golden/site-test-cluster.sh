@@ -9,6 +9,7 @@
 # pmc batch script for site test-cluster (slurm, launcher srun).
 # Every value from the profile is quoted; only the setup lines are raw shell.
 # walltime 00:05:00; pmc run stops by --max-wall-time 4 min, 00:01:00 before the limit.
+export UCX_TLS=tcp,self
 # Who this run is, for pmc run's logs and metrics.
 PMC_JOB_ID="${SLURM_JOB_ID:-}"
 PMC_CHAIN_INDEX="${PMC_CHAIN_INDEX:-1}"
