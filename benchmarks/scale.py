@@ -365,12 +365,13 @@ def main(argv: list[str] | None = None) -> int:
             return (r["parse_cpu_s"] / r["tasks"],
                     (r["parse_mb"] - r["base_mb"]) / r["tasks"])
 
-        cpu_growth = per_task(big)[0] / per_task(small)[0]
-        mb_growth = per_task(big)[1] / per_task(small)[1]
+        # (A tiny DAG's parse may move the peak by nothing: no ratio then.)
+        growth = [f"{b / a:.2f}x" if a > 0 else "-" for a, b in
+                  zip(per_task(small), per_task(big), strict=True)]
         parts.append(f"{pattern}: {int(big['tasks'])} tasks parse {big['parse_s']:.2f} s, "
                      f"peak {big['peak_mb']:.0f} MB, master CPU/task {big['us_per_task']:.0f} "
                      f"us = {flat:.2f}x of {int(small['tasks'])} tasks; per task, parse cpu "
-                     f"{cpu_growth:.2f}x and parse memory {mb_growth:.2f}x of "
+                     f"{growth[0]} and parse memory {growth[1]} of "
                      f"{int(small['tasks'])} tasks")
     print("SUMMARY scale: " + "; ".join(parts))
     return 0

@@ -84,6 +84,21 @@ def test_scale_smoke(tmp_path: Path) -> None:
     assert "local" in out and "random" in out
 
 
+def test_scale_parse_only_smoke(tmp_path: Path) -> None:
+    out = run("scale.py", "--sizes", "200,400", "--edges", "options", "--parse-only", "--keep",
+              str(tmp_path), tmp_path=tmp_path)
+    assert "parse B/task" in out
+    assert "per task, parse cpu" in out and "parse memory" in out and "of 200 tasks" in out
+
+
+def test_firsttask_window_counts_the_tasks_started(tmp_path: Path) -> None:
+    out = run("firsttask.py", "--size", "300", "--rounds", "1", "--shapes", "options",
+              "--window", "1", "--keep", str(tmp_path), tmp_path=tmp_path)
+    assert "tasks/s in the first 1 s" in out
+    # Every task started adds a byte to the count file next to the stamp script.
+    assert (tmp_path / "stamp.sh.count").stat().st_size >= 1
+
+
 def test_idle_smoke(tmp_path: Path) -> None:
     out = run("idle.py", "--tasks", "6", "--sleep", "3", "--window", "0.5", "--modes",
               "local", "--keep", str(tmp_path), tmp_path=tmp_path)
