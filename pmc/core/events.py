@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from pmc.core.protocol import TaskResult
 from pmc.dag import Task
@@ -29,6 +29,15 @@ class ArrayInfo(NamedTuple):
     members: int
     recovered: int = 0
     reused: int = 0
+
+
+class TriesSoFar(Protocol):
+    """The seconds of the tries that ended so far, as the master counts them (its
+    ``runtime.summary.Counts``): observers read these rather than count them again."""
+
+    runtime: float  # their durations
+    cpu_seconds: float  # their durations x the cpus each held
+    cpu_time: float  # their user + system cpu time
 
 
 class RunInfo(NamedTuple):
@@ -50,6 +59,7 @@ class RunInfo(NamedTuple):
     memory_limits: str = ""
     reused: int = 0  # not run: declared outputs up to date (--reuse, pmc extension)
     arrays: tuple[ArrayInfo, ...] = ()  # task arrays (pmc extension), in DAG order
+    counts: TriesSoFar | None = None  # the master's, live
 
 
 class Summary(NamedTuple):

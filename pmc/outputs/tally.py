@@ -13,7 +13,7 @@ import time
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 
-from pmc.core.events import Observer, RunInfo, Summary
+from pmc.core.events import Observer, RunInfo, Summary, TriesSoFar
 from pmc.core.protocol import TaskResult
 from pmc.core.resources import Host
 from pmc.dag import Task
@@ -73,9 +73,8 @@ class Tally(Observer):
         self.prefetched = 0  # queued on workers behind running tasks
         self.cpus_busy = 0
         self.memory_busy = 0
-        self.runtime = 0.0
-        self.cpu_seconds = 0.0  # of tries ended: runtime x the cpus they held
-        self.cpu_time = 0.0
+        # The seconds of the tries ended: the master's counts (RunInfo.counts), read.
+        self.counts: TriesSoFar | None = None
         self.forwarded = 0
         self.buckets = [0] * (len(DURATION_BUCKETS) + 1)  # last: above the top bound
         # Peak memory of ended tries whose peak is known (KiB): per bucket, and the sum.
@@ -103,11 +102,27 @@ class Tally(Observer):
         self.slots_change = 0
         self.workers_change = 0
 
+    @property
+    def runtime(self) -> float:
+        """Seconds of the tries ended so far."""
+        return self.counts.runtime if self.counts is not None else 0.0
+
+    @property
+    def cpu_seconds(self) -> float:
+        """Those seconds times the cpus each try held."""
+        return self.counts.cpu_seconds if self.counts is not None else 0.0
+
+    @property
+    def cpu_time(self) -> float:
+        """User + system cpu time of the tries ended so far."""
+        return self.counts.cpu_time if self.counts is not None else 0.0
+
     # -- hooks -----------------------------------------------------------------------------
 
     def started(self, info: RunInfo) -> None:
         self.info = info
         self.start = info.start
+        self.counts = info.counts
         self.reused_n = info.reused
         self.arrays = {a.name: ArrayProgress(a.members, a.recovered, a.reused)
                        for a in info.arrays}
@@ -178,10 +193,6 @@ class Tally(Observer):
                     self.host_runtime[name] = self.host_runtime.get(name, 0.0) + d
             else:
                 self.host_runtime[host] = self.host_runtime.get(host, 0.0) + d
-        self.runtime += d
-        o = options_of(task)
-        self.cpu_seconds += d * o.cpus * o.ranks
-        self.cpu_time += res.cpu_time
         self.buckets[bisect_left(DURATION_BUCKETS, d)] += 1
         rss = res.max_rss_kb
         if rss is not None:

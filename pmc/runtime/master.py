@@ -151,7 +151,7 @@ class Master:
             accounting=",".join(sorted(self.accounting)),
             memory_limits=",".join(sorted(self.memory_limits)) if o.strict_limits else "",
             reused=self.engine.nreused, arrays=startup.array_info(self.dag, self.engine.state),
-        )
+            counts=self.counts)
 
     # -- the loop --------------------------------------------------------------------------
 
