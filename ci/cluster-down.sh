@@ -32,6 +32,13 @@ for node in $(ls "$PMCC_FREEZER" 2>/dev/null); do
     [ -d "$PMCC_FREEZER/$node" ] && rmdir "$PMCC_FREEZER/$node"
 done
 [ -d "$PMCC_FREEZER" ] && rmdir "$PMCC_FREEZER"
-for ns in $(ip netns list | awk '$1 ~ /^pmcc-/ {print $1}'); do ip netns del "$ns"; done
+# Whatever still runs in the cluster's network namespaces (a daemon whose pid file was
+# lost, a process started by hand with ci/cluster-run.sh).
+for ns in $(ip netns list | awk '$1 ~ /^pmcc-/ {print $1}'); do
+    pids="$(ip netns pids "$ns" 2>/dev/null)"
+    # shellcheck disable=SC2086 # one pid per word
+    [ -n "$pids" ] && kill -KILL $pids 2>/dev/null
+    ip netns del "$ns"
+done
 rm -rf "$PMCC_RUN" "$PMCC_SPOOL" "$PMCC_LOG" "$PMCC_CONF_DIR"
 pmcc_log "removed"
