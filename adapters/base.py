@@ -369,6 +369,15 @@ def _identity(sched: Scheduler, site: Site) -> list[str]:
     ]
 
 
+def _hydra_in_slurm(site: Site) -> list[str]:
+    """Hydra's mpiexec starts its proxies with srun inside a Slurm allocation: with
+    --no-kill, that a node that fails does not end the proxies on the other nodes."""
+    if site.scheduler != "slurm" or site.launcher != "mpiexec" or site.mpi == "openmpi":
+        return []
+    return ["# Hydra starts its proxies with srun: a node that fails must not end the rest.",
+            'export HYDRA_LAUNCHER_EXTRA_ARGS="${HYDRA_LAUNCHER_EXTRA_ARGS:---no-kill}"']
+
+
 def _run(site: Site, dag: str, chained: bool) -> list[str]:
     """The signals' traps, the launch of pmc run, and its status in ``$rc``: the
     workflow's record's where the launcher's is not the workflow's."""
@@ -392,6 +401,7 @@ def _run(site: Site, dag: str, chained: bool) -> list[str]:
         "# --signal=USR1@60, without B:); sent to this shell alone it must not end the job.",
         "trap 'echo \"pmc: batch script got a warning signal; pmc run acts on those sent to"
         " its ranks\" >&2' USR1 USR2 XCPU",
+        *_hydra_in_slurm(site),
         shlex.join(launch),
         "rc=$?",
         'echo "pmc: run exited with status $rc (job ${PMC_JOB_ID:-?}, chain link'

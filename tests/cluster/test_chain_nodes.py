@@ -26,14 +26,16 @@ def chain_links(cwd: Path) -> list[dict[str, str]]:
     return [e for e in events if e["event"] == "ended"]
 
 
-def test_until_done_chain_moves_to_other_nodes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("launcher", ["srun", "mpiexec"])
+def test_until_done_chain_moves_to_other_nodes(tmp_path: Path, launcher: str) -> None:
     # 12 tasks of 6 s on 2 workers: 36 s of work; a link stops after 20 s.
     names = [f"t{i:02d}" for i in range(12)]
     (tmp_path / "long.dag").write_text("".join(
         f"TASK {n} --expected-runtime 6 /bin/sh -c 'sleep 6; echo {n} $(hostname) >> ran.txt'\n"
         for n in names))
     profile = yaml.safe_load(PROFILE.read_text())
-    profile.update(walltime=1, walltime_margin="00:00:40", nodes=1, ranks_per_node=3)
+    profile.update(walltime=1, walltime_margin="00:00:40", nodes=1, ranks_per_node=3,
+                   launcher=launcher)
     (tmp_path / "site.yaml").write_text(yaml.safe_dump(profile))
     first = submit(tmp_path, "long.dag", "--until-done", "--max-jobs", "4",
                    site=tmp_path / "site.yaml")

@@ -129,7 +129,8 @@ with open(f"wide.{c.Get_rank()}", "w") as f:
 """
 
 
-def test_node_killed_under_part_of_a_multirank_task(tmp_path: Path) -> None:
+@pytest.mark.parametrize("launcher", ["srun", "mpiexec"])
+def test_node_killed_under_part_of_a_multirank_task(tmp_path: Path, launcher: str) -> None:
     """A node killed while it runs two of the four ranks of a task (``--ranks 4
     --ranks-per-host 2``): that try ends, the task runs again on the hosts left, every
     task is DONE once and the job ends COMPLETED."""
@@ -141,8 +142,8 @@ def test_node_killed_under_part_of_a_multirank_task(tmp_path: Path) -> None:
         f"TASK wide --ranks 4 --ranks-per-host 2 {sys.executable} wide.py 15\n"
         + "".join(f"TASK {n} /bin/sh -c 'sleep 2; echo {n} $(hostname) >> ran.txt'\n"
                   for n in others))
-    job = submit(tmp_path, "work.dag", "--set", f"pmc.worker_timeout={TIMEOUT}",
-                 "--set", "pmc.tries=3")
+    job = submit(tmp_path, "work.dag", "--set", f"launcher={launcher}",
+                 "--set", f"pmc.worker_timeout={TIMEOUT}", "--set", "pmc.tries=3")
     victim = ""
     try:
         deadline = time.monotonic() + 120
@@ -167,7 +168,8 @@ def test_node_killed_under_part_of_a_multirank_task(tmp_path: Path) -> None:
         assert sorted(ln.split()[0] for ln in (tmp_path / "ran.txt").read_text()
                       .splitlines()) == others
         end = slurm_time(job_fields(tmp_path, job)["EndTime"])
-        print(f"\n[node-loss] kill {victim} under 2 of the 4 ranks of a task: job {job} "
+        print(f"\n[node-loss] kill {victim} under 2 of the 4 ranks of a task, {launcher}: "
+              f"job {job} "
               f"COMPLETED {end - t0:.0f} s after the kill")
     finally:
         if victim:

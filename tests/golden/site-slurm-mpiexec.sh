@@ -22,6 +22,8 @@ trap 'pmc_term=1; echo "pmc: batch script got SIGTERM" >&2' TERM
 # A warning that time is short is pmc run's to act on, sent to its ranks (Slurm's
 # --signal=USR1@60, without B:); sent to this shell alone it must not end the job.
 trap 'echo "pmc: batch script got a warning signal; pmc run acts on those sent to its ranks" >&2' USR1 USR2 XCPU
+# Hydra starts its proxies with srun: a node that fails must not end the rest.
+export HYDRA_LAUNCHER_EXTRA_ARGS="${HYDRA_LAUNCHER_EXTRA_ARGS:---no-kill}"
 mpiexec -disable-auto-cleanup -n 32 -ppn 16 pmc run --site-name example-slurm-mpiexec --no-site --max-wall-time 54 workflow.dag
 rc=$?
 echo "pmc: run exited with status $rc (job ${PMC_JOB_ID:-?}, chain link $PMC_CHAIN_INDEX)" >&2
