@@ -56,16 +56,15 @@ class InstantWorkers:
         return cls([(rank, host) for rank in range(1, workers + 1)], cpus, memory, slots)
 
     def send(self, dest: int, msg: protocol.Message) -> None:
-        tag = msg[0]
-        if tag == protocol.TASKS:
+        if isinstance(msg, protocol.Tasks):
             now = self.now
-            self.inbox.append((dest, (protocol.RESULTS, [
+            self.inbox.append((dest, protocol.results([
                 TaskResult(s.id, s.attempt, 0, now, 0.001, 0.0, 0, None, None)
-                for s in msg[1]])))
-        elif tag == protocol.SHUTDOWN:
-            self.inbox.append((dest, (protocol.BYE, None)))
-        elif tag == protocol.PING:
-            self.inbox.append((dest, (protocol.PING,)))
+                for s in msg.specs], [])))
+        elif isinstance(msg, protocol.Shutdown):
+            self.inbox.append((dest, protocol.bye(None)))
+        elif isinstance(msg, protocol.Ping):
+            self.inbox.append((dest, protocol.ping()))
 
     def poll(self, timeout: float | None) -> list[tuple[int, protocol.Message]]:
         out = list(self.inbox)
@@ -116,16 +115,15 @@ class SimWorkers:
         self.step = 0
 
     def send(self, dest: int, msg: protocol.Message) -> None:
-        tag = msg[0]
-        self.sent.append((dest, tag))
+        self.sent.append((dest, msg.tag))
         if dest in self.dead:
             return
-        if tag == protocol.CONFIG:
+        if isinstance(msg, protocol.Config):
             self.out.append((dest, hello(self.hosts.get(dest, "sim"), 64, 1 << 20,
                                          self.slots, 0)))
-        elif tag == protocol.TASKS:
-            self.specs.extend(msg[1])
-            for spec in msg[1]:
+        elif isinstance(msg, protocol.Tasks):
+            self.specs.extend(msg.specs)
+            for spec in msg.specs:
                 if spec.after in self.running[dest] or any(
                         s.id == spec.after for s in self.queued[dest].values()):
                     assert spec.after not in self.queued[dest], "one successor per task"
@@ -133,17 +131,17 @@ class SimWorkers:
                 else:
                     assert len(self.running[dest]) < self.slots, "no slot for a direct task"
                     self.start(dest, spec)
-        elif tag in (protocol.RECALL, protocol.KILL):
+        elif isinstance(msg, (protocol.Recall, protocol.Kill)):
             returned = [s.id for s in self.queued[dest].values()]
             self.queued[dest].clear()
             if returned:
-                self.out.append((dest, (protocol.RETURNED, returned)))
-            if tag == protocol.KILL:
+                self.out.append((dest, protocol.returned(returned)))
+            if isinstance(msg, protocol.Kill):
                 for spec, _left in list(self.running[dest].values()):
                     self.end(dest, spec, -15)
                 self.flush(dest)
-        elif tag == protocol.SHUTDOWN:
-            self.out.append((dest, (protocol.BYE, None)))
+        elif isinstance(msg, protocol.Shutdown):
+            self.out.append((dest, protocol.bye(None)))
 
     def start(self, rank: int, spec: TaskSpec) -> None:
         self.log.append(("start", spec.name, rank))
@@ -163,7 +161,7 @@ class SimWorkers:
         hungry = any(tid not in self.queued[rank] for tid in self.running[rank])
         if self.held[rank] and (hungry or not self.queued[rank]
                                 or self.step - self.held_since[rank] >= 2):
-            self.out.append((rank, (protocol.RESULTS, self.held[rank])))
+            self.out.append((rank, protocol.results(self.held[rank], [])))
             self.held[rank] = []
             del self.held_since[rank]
 

@@ -155,9 +155,10 @@ def test_pipe_forward_spills_and_goes_in_pieces(launcher: Launcher,
                                   pipe_forwards=(("A", "a.out"),)))
     assert res.status == 0 and res.forwards is None
     sent = launcher.sent.messages  # type: ignore[attr-defined]
-    assert [m[0] for m in sent] == [protocol.FORWARD] * 3
-    assert all(m[1] == res.id and m[2] == "a.out" for m in sent)
-    assert b"".join(m[3] for m in sent) == bytes(10000)
+    pieces = [m for m in sent if isinstance(m, protocol.Forward)]
+    assert len(pieces) == len(sent) == 3
+    assert all(m.task_id == res.id and m.destination == "a.out" for m in pieces)
+    assert b"".join(m.data for m in pieces) == bytes(10000)
 
 
 def test_file_forward_read_and_removed(launcher: Launcher, tmp_path: Path) -> None:

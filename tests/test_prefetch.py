@@ -120,8 +120,8 @@ class FailingWorkers(SimWorkers):
     def poll(self, timeout: float | None) -> list[tuple[int, protocol.Message]]:
         dying = [r for r, step in self.lose.items() if step == self.step + 1]
         out = super().poll(timeout)
-        return out + [(r, (protocol.WORKER_FAILED, "simhost",
-                           "Traceback (most recent call last):\n  ...\nOSError: boom\n"))
+        return out + [(r, protocol.worker_failed(
+            "simhost", "Traceback (most recent call last):\n  ...\nOSError: boom\n"))
                       for r in dying]
 
 
@@ -272,7 +272,7 @@ class ScriptWorkers(SpawningWorkers):
         if isinstance(msg, protocol.Start) and dest not in self.dead:
             self.starts.append((dest, msg.host_rank, msg.run_host_script))
             if msg.run_host_script:
-                self.out.append((dest, (protocol.HOST_SCRIPT, True, "")))
+                self.out.append((dest, protocol.host_script(True, "")))
 
 
 def test_a_replacement_runs_the_host_script_of_the_worker_it_replaces(
@@ -291,8 +291,8 @@ def test_a_replacement_whose_host_script_fails_gets_no_task(tmp_path: Path) -> N
 
     def send(dest: int, msg: protocol.Message) -> None:
         sim_send(dest, msg)
-        if dest == 3 and sim.out and sim.out[-1][1][0] == protocol.HOST_SCRIPT:
-            sim.out[-1] = (3, (protocol.HOST_SCRIPT, False, "Host script failed"))
+        if dest == 3 and sim.out and isinstance(sim.out[-1][1], protocol.HostScript):
+            sim.out[-1] = (3, protocol.host_script(False, "Host script failed"))
 
     sim.send = send  # type: ignore[method-assign]
     seen = Losses()
@@ -373,9 +373,9 @@ class SecondTasks(SimWorkers):
         self.first_results = -1
 
     def send(self, dest: int, msg: protocol.Message) -> None:
-        if msg[0] == protocol.TASKS:
+        if isinstance(msg, protocol.Tasks):
             queued = {s.id for s in self.queued[dest].values()}
-            for spec in msg[1]:
+            for spec in msg.specs:
                 if spec.after in queued:
                     self.deep.append(self.step)
                 if spec.after >= 0:

@@ -100,19 +100,20 @@ def test_local_worker_end_over_a_socket_pair() -> None:
         big = b"y" * (RECV * 2 + 17)  # more than one read's buffer
         # From another thread: the socket buffer holds less than the message.
         sender = threading.Thread(target=mine.sendall, args=(
-            frame((protocol.TASKS, big)) + frame((protocol.SHUTDOWN,)),))
+            frame(protocol.forward(7, "a.out", big)) + frame(protocol.shutdown(True)),))
         sender.start()
         got: list[tuple[int, protocol.Message]] = []
         deadline = time.monotonic() + 10
         while len(got) < 2 and time.monotonic() < deadline:
             got += worker.poll(1.0)
         sender.join(10)
-        assert got == [(0, (protocol.TASKS, big)), (0, (protocol.SHUTDOWN,))]
-        worker.send(0, (protocol.BYE, None))
+        assert got == [(0, protocol.forward(7, "a.out", big)), (0, protocol.shutdown(True))]
+        assert isinstance(got[0][1], protocol.Forward) and got[0][1].data == big
+        worker.send(0, protocol.bye(None))
         buf = bytearray(mine.recv(1 << 16))
         out: list[protocol.Message] = []
         unframe(buf, out)
-        assert out == [(protocol.BYE, None)]
+        assert out == [protocol.bye(None)] and isinstance(out[0], protocol.Bye)
         mine.close()  # the master is gone
         with pytest.raises(TransportError):
             worker.poll(1.0)
@@ -135,7 +136,7 @@ def test_local_master_with_real_workers(tmp_path: Path) -> None:
         pids = {rank: msg.pid for rank, msg in hellos.items()}
         assert pids == {rank: p.pid for rank, p in t.procs.items()}
         for rank in (1, 2):
-            t.send(rank, (protocol.SHUTDOWN,))
+            t.send(rank, protocol.shutdown(False))
         _gather(t, protocol.BYE, {1, 2})
     finally:
         t.close()
@@ -157,8 +158,8 @@ def test_local_master_reports_a_lost_worker(tmp_path: Path) -> None:
             lost = t.lost()
         assert lost == [2] and t.lost() == []
         with pytest.raises(TransportError):
-            t.send(2, (protocol.SHUTDOWN,))
-        t.send(1, (protocol.SHUTDOWN,))
+            t.send(2, protocol.shutdown(False))
+        t.send(1, protocol.shutdown(False))
         _gather(t, protocol.BYE, {1})
     finally:
         t.close()
@@ -185,7 +186,7 @@ def test_forked_workers_hold_only_their_own_socket(tmp_path: Path) -> None:
         conn.sock.close()
         assert t.procs[1].wait(30) == 1
         assert t.procs[2].poll() is None
-        t.send(2, (protocol.SHUTDOWN,))
+        t.send(2, protocol.shutdown(False))
         _gather(t, protocol.BYE, {2})
     finally:
         t.close()
@@ -218,9 +219,10 @@ def test_a_worker_tells_the_master_why_it_failed(tmp_path: Path, serve: Serve | 
         t.send(1, protocol.config(_config(tmp_path)))
         _gather(t, protocol.HELLO, {1})
         t.send(1, protocol.start(0, False, None))
-        t.send(1, (protocol.TASKS, ["not a task spec"]))
+        t.send(1, protocol.tasks(["not a task spec"]))  # type: ignore[list-item]
         (msg,) = _gather(t, protocol.WORKER_FAILED, {1}).values()
-        _tag, host, text = msg
+        assert isinstance(msg, protocol.WorkerFailed)
+        host, text = msg.hostname, msg.traceback
         assert host == socket.gethostname()
         assert text.startswith("Traceback (most recent call last):")
         assert text.rstrip().splitlines()[-1].startswith("AttributeError:")

@@ -1,7 +1,7 @@
 """Messages between the master (rank 0) and the workers.
 
-Tuples with an integer tag first: the hand-shake's as records read by name (``Config``,
-``Hello``, ``Start``), the others plain tuples, cheap to pickle, and batched — one TASKS message
+One record per message (a NamedTuple: a tuple on the wire, cheap to pickle), its integer
+tag first, built by the functions below and read by name; batched — one TASKS message
 carries every task the master hands a worker at once, one RESULTS message every result a
 worker has ready. The sequence of a run:
 
@@ -51,7 +51,8 @@ from typing import Any, NamedTuple
 # 9: WARNED, limit_memory_by in WorkerConfig
 # 10: TaskSpec env and outputs (task arrays, declared files)
 # 11: CONFIG, HELLO and START as records (Config, Hello, Start), read by name
-VERSION = 11
+# 12: every message a record (Tasks, Results, ...), read by name
+VERSION = 12
 
 CONFIG = 1
 HELLO = 2
@@ -76,6 +77,8 @@ WARNED = 17  # worker -> master: warning signals it caught (pmc.batchsignals), i
 # or written. As the reference, a wait status of exit code 1.
 FAILED_STATUS = 1 << 8
 
+# Any of the records below (the transports move them without looking inside, but for
+# the tag).
 Message = tuple[Any, ...]
 
 
@@ -208,6 +211,162 @@ class TaskResult(NamedTuple):
     oom_killed: bool = False  # killed by the memory limit of its cgroup (--strict-limits)
     stderr_path: str | None = None  # failed tries: where the task's stderr went
     stderr_tail: str | None = None  # failed tries: its last lines (bounded)
+
+
+class HostScript(NamedTuple):
+    """Worker -> master: how the host script went (only the worker that ran it)."""
+
+    tag: int
+    ok: bool
+    message: str
+
+
+class Tasks(NamedTuple):
+    """Master -> worker: tasks to run or queue."""
+
+    tag: int
+    specs: list[TaskSpec]
+
+
+class Results(NamedTuple):
+    """Worker -> master: results, and the tasks started since the last message."""
+
+    tag: int
+    results: list[TaskResult]
+    starts: list[tuple[int, float]]  # (task id, start), in start order
+
+
+class Started(NamedTuple):
+    """Worker -> master: tasks started, no result to carry them."""
+
+    tag: int
+    starts: list[tuple[int, float]]
+
+
+class Recall(NamedTuple):
+    """Master -> worker: give back queued tasks."""
+
+    tag: int
+
+
+class Returned(NamedTuple):
+    """Worker -> master: queued tasks given back, unstarted."""
+
+    tag: int
+    task_ids: list[int]
+
+
+class Forward(NamedTuple):
+    """Worker -> master: a piece of a finished task's large pipe output."""
+
+    tag: int
+    task_id: int
+    destination: str
+    data: bytes
+
+
+class Kill(NamedTuple):
+    """Master -> worker: abort (kill running tasks, give back queued ones)."""
+
+    tag: int
+
+
+class Shutdown(NamedTuple):
+    """Master -> worker: the end."""
+
+    tag: int
+    worker_lost: bool  # whether a worker was lost (MPI workers then skip MPI_Finalize)
+
+
+class Bye(NamedTuple):
+    """Worker -> master, the last: its error, or None."""
+
+    tag: int
+    error: str | None
+
+
+class Error(NamedTuple):
+    """Worker -> master: the worker cannot start."""
+
+    tag: int
+    message: str
+
+
+class WorkerFailed(NamedTuple):
+    """Worker -> master: its loop died of an unexpected exception."""
+
+    tag: int
+    hostname: str
+    traceback: str  # its last 8 KB
+
+
+class Ping(NamedTuple):
+    """Either way: still here."""
+
+    tag: int
+
+
+class Warned(NamedTuple):
+    """Worker -> master: warning signals it caught, in order."""
+
+    tag: int
+    signals: list[int]
+
+
+def host_script(ok: bool, message: str) -> HostScript:
+    return HostScript(HOST_SCRIPT, ok, message)
+
+
+def tasks(specs: list[TaskSpec]) -> Tasks:
+    return Tasks(TASKS, specs)
+
+
+def results(results: list[TaskResult], starts: list[tuple[int, float]]) -> Results:
+    return Results(RESULTS, results, starts)
+
+
+def started(starts: list[tuple[int, float]]) -> Started:
+    return Started(STARTED, starts)
+
+
+def recall() -> Recall:
+    return Recall(RECALL)
+
+
+def returned(task_ids: list[int]) -> Returned:
+    return Returned(RETURNED, task_ids)
+
+
+def forward(task_id: int, destination: str, data: bytes) -> Forward:
+    return Forward(FORWARD, task_id, destination, data)
+
+
+def kill() -> Kill:
+    return Kill(KILL)
+
+
+def shutdown(worker_lost: bool) -> Shutdown:
+    return Shutdown(SHUTDOWN, worker_lost)
+
+
+def bye(error: str | None) -> Bye:
+    return Bye(BYE, error)
+
+
+def error(message: str) -> Error:
+    return Error(ERROR, message)
+
+
+def worker_failed(hostname: str, traceback: str) -> WorkerFailed:
+    return WorkerFailed(WORKER_FAILED, hostname, traceback)
+
+
+def ping() -> Ping:
+    return Ping(PING)
+
+
+def warned(signals: list[int]) -> Warned:
+    return Warned(WARNED, signals)
 
 
 def signal_of(status: int) -> int:

@@ -174,7 +174,7 @@ class Losses:
         m = self.m
         quiet = now - m.opts.worker_timeout / 4
         for rank in [r for r in m.ranks_alive if m.sent.get(r, now) <= quiet]:
-            m.send(rank, (protocol.PING,))
+            m.send(rank, protocol.ping())
 
     def worker_lost(self, rank: int, why: str | None = None) -> None:
         """A worker died, broke its connection or went silent: its running and queued
@@ -190,7 +190,7 @@ class Losses:
         m.ranks_alive.discard(rank)
         self.lost_at = time.monotonic()
         if why is not None:
-            for msg in ((protocol.KILL,), (protocol.SHUTDOWN,)):
+            for msg in (protocol.kill(), protocol.shutdown(False)):
                 try:
                     m.t.send(rank, msg)
                 except TransportError:
@@ -334,8 +334,7 @@ class Losses:
         its host script."""
         m = self.m
         j = self.joining[rank]
-        tag = msg[0]
-        if tag == protocol.HELLO:
+        if msg[0] == protocol.HELLO:  # of any version: add_worker checks
             script = bool(m.opts.host_script) and j.host_rank == 0
             j.hello = msg
             try:
@@ -345,16 +344,16 @@ class Losses:
                 return
             if not script:
                 self.joined(rank)
-        elif tag == protocol.HOST_SCRIPT:
-            if msg[1]:
+        elif isinstance(msg, protocol.HostScript):
+            if msg.ok:
                 self.joined(rank)
             else:
-                self.worker_lost(rank, f"its host script failed: {msg[2]}")
-        elif tag == protocol.WORKER_FAILED:
-            startup.log_failure(rank, msg[1], msg[2])
+                self.worker_lost(rank, f"its host script failed: {msg.message}")
+        elif isinstance(msg, protocol.WorkerFailed):
+            startup.log_failure(rank, msg.hostname, msg.traceback)
             self.worker_lost(rank)
-        elif tag == protocol.ERROR:
-            log.error(str(msg[1]))
+        elif isinstance(msg, protocol.Error):
+            log.error(str(msg.message))
             self.worker_lost(rank)
 
     def joined(self, rank: int) -> None:

@@ -222,7 +222,7 @@ class Master:
         self.stops.check_signal()
         results: list[TaskResult] = []
         starts: list[tuple[int, float]] = []
-        failed: list[protocol.Message] = []
+        failed: list[tuple[int, protocol.WorkerFailed]] = []
         alive, heard = self.ranks_alive, self.heard
         for rank, msg in msgs:
             if rank not in alive:
@@ -230,31 +230,29 @@ class Master:
                     self.losses.joiner_says(rank, msg)
                 continue  # or given up on: its tasks are someone else's now
             heard[rank] = now
-            tag = msg[0]
-            if tag == protocol.RESULTS:
-                results.extend(msg[1])
-                if len(msg) > 2:
-                    starts.extend(msg[2])
-            elif tag == protocol.STARTED:
-                starts.extend(msg[1])
-            elif tag == protocol.RETURNED:
+            if isinstance(msg, protocol.Results):
+                results.extend(msg.results)
+                starts.extend(msg.starts)
+            elif isinstance(msg, protocol.Started):
+                starts.extend(msg.starts)
+            elif isinstance(msg, protocol.Returned):
                 # Handled at once: a worker sends it before any result that follows.
-                self.returned(msg[1])
-            elif tag == protocol.FORWARD:
-                self.forwarded(msg[1], msg[2], msg[3])
-            elif tag == protocol.ERROR:
-                log.error(str(msg[1]))
-            elif tag == protocol.BYE:
+                self.returned(msg.task_ids)
+            elif isinstance(msg, protocol.Forward):
+                self.forwarded(msg.task_id, msg.destination, msg.data)
+            elif isinstance(msg, protocol.Error):
+                log.error(str(msg.message))
+            elif isinstance(msg, protocol.Bye):
                 self.ranks_alive.discard(rank)
-            elif tag == protocol.WORKER_FAILED:
-                failed.append((rank, *msg[1:3]))
-            elif tag == protocol.WARNED:
-                for sig in msg[1]:
+            elif isinstance(msg, protocol.WorkerFailed):
+                failed.append((rank, msg))
+            elif isinstance(msg, protocol.Warned):
+                for sig in msg.signals:
                     self.stops.warned(sig, rank)
         if results or starts:
             self.handle_results(results, starts)  # sent before it failed: they count
-        for rank, host, trace in failed:
-            startup.log_failure(rank, host, trace)
+        for rank, why in failed:
+            startup.log_failure(rank, why.hostname, why.traceback)
             self.losses.worker_lost(rank)
         for rank in self.t.lost():
             self.losses.worker_lost(rank)
@@ -290,7 +288,7 @@ class Master:
             # could start there now (the end of a layer, uneven task lengths).
             self.recall(tid for tid in chains.queued if self.placer.fits_now(tid))
         for rank, specs in batches.items():
-            self.send(rank, (protocol.TASKS, specs))
+            self.send(rank, protocol.tasks(specs))
 
     def tell_queued(self) -> None:
         """Observers hear how many tasks wait on workers, when it changed."""
@@ -302,7 +300,7 @@ class Master:
         """Ask workers to give queued tasks back (those not started meanwhile)."""
         ranks = {w.rank for w in self.chains.recall(task_ids)}
         for rank in sorted(ranks & self.ranks_alive):
-            self.send(rank, (protocol.RECALL,))
+            self.send(rank, protocol.recall())
 
     def returned(self, task_ids: list[int]) -> None:
         """Tasks a worker gave back unstarted: ready again, the try not counted. Queued
@@ -475,14 +473,14 @@ class Master:
             for rank in sorted(pending):
                 log.debug(f"Sending shutdown message to worker {rank}")
         # Whether a worker was lost: MPI workers then leave without MPI_Finalize.
-        self.broadcast((protocol.SHUTDOWN, bool(self.losses.host_losses)))
+        self.broadcast(protocol.shutdown(bool(self.losses.host_losses)))
         deadline = time.monotonic() + BYE_TIMEOUT
         while pending & self.ranks_alive and time.monotonic() < deadline:
             for rank, msg in self.t.poll(SIGNAL_CHECK):
-                if msg[0] == protocol.BYE:
+                if isinstance(msg, protocol.Bye):
                     pending.discard(rank)
-                elif msg[0] == protocol.WORKER_FAILED:
-                    startup.log_failure(rank, msg[1], msg[2])
+                elif isinstance(msg, protocol.WorkerFailed):
+                    startup.log_failure(rank, msg.hostname, msg.traceback)
                     pending.discard(rank)
                 # Anything else (results of tasks killed after the end): nothing to record.
             for rank in self.t.lost():

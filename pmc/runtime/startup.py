@@ -57,17 +57,17 @@ def gather_workers(t: Transport, ranks: set[int], resources: Resources,
             raise FatalError(f"Workers {sorted(waiting)} did not report within "
                              f"{HELLO_TIMEOUT:.0f} s")
         for rank, msg in t.poll(min(left, SIGNAL_CHECK)):
-            if msg[0] == protocol.HELLO:
+            if msg[0] == protocol.HELLO:  # of any version: add_worker checks
                 method, limits = add_worker(rank, msg, resources)
                 accounting.add(method)
                 memory_limits.add(limits)
                 waiting.discard(rank)
-            elif msg[0] == protocol.ERROR:
+            elif isinstance(msg, protocol.Error):
                 ranks.discard(rank)  # it has said why it ends: no shutdown, no "lost"
-                raise FatalError(str(msg[1]))
-            elif msg[0] == protocol.WORKER_FAILED:
+                raise FatalError(str(msg.message))
+            elif isinstance(msg, protocol.WorkerFailed):
                 ranks.discard(rank)
-                raise FatalError(log_failure(rank, msg[1], msg[2], quiet=True))
+                raise FatalError(log_failure(rank, msg.hostname, msg.traceback, quiet=True))
         for rank in t.lost():
             ranks.discard(rank)
             raise FatalError(f"Worker {rank} exited before it reported")
@@ -161,10 +161,10 @@ def start_hosts(t: Transport, resources: Resources, host_script: bool,
     failures: list[str] = []
     while scripts:
         for rank, msg in t.poll(SIGNAL_CHECK):
-            if msg[0] == protocol.HOST_SCRIPT:
+            if isinstance(msg, protocol.HostScript):
                 scripts.discard(rank)
-                if not msg[1]:
-                    failures.append(msg[2])
+                if not msg.ok:
+                    failures.append(msg.message)
         for rank in t.lost():
             scripts.discard(rank)
             failures.append(f"Worker {rank} was lost while running the host script")

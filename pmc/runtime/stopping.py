@@ -69,7 +69,7 @@ class Stopping:
         m.stop_deadline = time.monotonic() + STOP_GRACE
         busy = {w.rank for w in m.chains.busy_workers()}
         for rank in sorted(busy & m.ranks_alive):
-            m.send(rank, (protocol.KILL,))
+            m.send(rank, protocol.kill())
 
     def warned(self, sig: int, rank: int = 0) -> None:
         """A warning signal reached this process (``rank`` 0) or a worker."""

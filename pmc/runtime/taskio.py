@@ -176,7 +176,7 @@ class Pipes:
             try:
                 f.seek(0)
                 while chunk := f.read(FORWARD_CHUNK):
-                    send((protocol.FORWARD, spec.id, pipe.dest, chunk))
+                    send(protocol.forward(spec.id, pipe.dest, chunk))
             except OSError as e:
                 return (f"Task {spec.name}: Unable to read the data forwarded through "
                         f"{pipe.var}: {e.strerror or e}")

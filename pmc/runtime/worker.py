@@ -104,7 +104,7 @@ class Worker:
         """A PING when nothing went to the master for a while; the master's silence for
         all of --worker-timeout means it is gone (its own PINGs keep a quiet one heard)."""
         if now - self.last_sent >= self.beat:
-            self.send((protocol.PING,))
+            self.send(protocol.ping())
         if now - self.last_heard > self.cfg.worker_timeout:
             raise TransportError(f"no word from the master for {self.cfg.worker_timeout:g} s")
 
@@ -151,7 +151,7 @@ class Worker:
         """While the host script runs: has the master stopped the run (its messages wait
         in the inbox), or this worker been signalled?"""
         self.inbox.extend(m for _src, m in self.t.poll(0))
-        return (any(m[0] in (protocol.SHUTDOWN, protocol.KILL) for m in self.inbox)
+        return (any(isinstance(m, (protocol.Shutdown, protocol.Kill)) for m in self.inbox)
                 or self.term_requested)
 
     def stop_host_script(self) -> None:
@@ -231,22 +231,21 @@ class Worker:
     # -- the loop ----------------------------------------------------------------------
 
     def handle(self, msg: protocol.Message) -> None:
-        tag = msg[0]
-        if tag == protocol.TASKS:
-            for spec in msg[1]:
+        if isinstance(msg, protocol.Tasks):
+            for spec in msg.specs:
                 self.accept(spec)
-        elif tag == protocol.RECALL:
+        elif isinstance(msg, protocol.Recall):
             self.recall()
-        elif tag == protocol.KILL:
+        elif isinstance(msg, protocol.Kill):
             self.refusing = True  # the master stops the run: nothing starts any more
             self.kill_all()
-        elif tag == protocol.PING:
+        elif isinstance(msg, protocol.Ping):
             pass  # the master is there: heard already
-        elif tag == protocol.SHUTDOWN:
+        elif isinstance(msg, protocol.Shutdown):
             log.trace(f"Worker {self.rank}: Got shutdown message")
             self.stopping = True
         else:
-            log.warn(f"Worker {self.rank}: Unexpected message {tag} from master")
+            log.warn(f"Worker {self.rank}: Unexpected message {msg[0]} from master")
 
     def loop(self) -> None:
         polling = self.t.fileno() is None
@@ -302,7 +301,7 @@ class Worker:
             while self.inbox:
                 self.handle(self.inbox.popleft())
             if batchsignals.pending():  # warnings that time is short: the master decides
-                self.send((protocol.WARNED, batchsignals.take()))
+                self.send(protocol.warned(batchsignals.take()))
             if polling:
                 if had_messages or events:
                     delay = 0.0001
@@ -315,7 +314,7 @@ class Worker:
             # (which would otherwise tell it the successor started in its place).
             if self.returned:
                 returned, self.returned = self.returned, []
-                self.send((protocol.RETURNED, returned))
+                self.send(protocol.returned(returned))
             if launcher.results:
                 now = time.monotonic()
                 if self.held_since is None:
@@ -326,7 +325,7 @@ class Worker:
                 # Tasks started with no result to carry the news: the master counts them
                 # queued until it hears (one message per batch of tasks, not per task).
                 starts, launcher.starts = launcher.starts, []
-                self.send((protocol.STARTED, starts))
+                self.send(protocol.started(starts))
         self.send_results()
 
     def send_results(self) -> None:
@@ -335,7 +334,7 @@ class Worker:
             results, launcher.results = launcher.results, []
             starts, launcher.starts = launcher.starts, []
             self.held_since = None
-            self.send((protocol.RESULTS, results, starts))
+            self.send(protocol.results(results, starts))
 
     def hungry(self) -> bool:
         """Does a running task lack a successor (or none run)? Then the master must hear
@@ -361,7 +360,7 @@ def _report_failure(transport: Transport, text: str) -> None:
     """Tell the master why this worker dies (best effort: the end of the traceback)."""
     data = text.encode(errors="replace")[-FAILURE_BYTES:].decode(errors="replace")
     try:
-        transport.send(0, (protocol.WORKER_FAILED, socket.gethostname(), data))
+        transport.send(0, protocol.worker_failed(socket.gethostname(), data))
     except Exception:  # noqa: S110 - the worker is dying anyway
         pass
 
@@ -369,7 +368,7 @@ def _report_failure(transport: Transport, text: str) -> None:
 def _live(transport: Transport) -> int:
     inbox: deque[protocol.Message] = deque()
     msg = _wait(transport, inbox)
-    if msg[0] == protocol.SHUTDOWN:  # the master stopped before the run began
+    if isinstance(msg, protocol.Shutdown):  # the master stopped before the run began
         return ExitCode.OK
     if not isinstance(msg, protocol.Config) or msg.version != protocol.VERSION:
         log.fatal(f"worker {transport.rank}: unexpected first message from master: {msg[:2]}")
@@ -383,7 +382,7 @@ def _live(transport: Transport) -> int:
         worker.inbox.extend(inbox)
         hello = worker.hello()
     except (OSError, ValueError) as e:
-        transport.send(0, (protocol.ERROR, f"worker {transport.rank} cannot start: {e}"))
+        transport.send(0, protocol.error(f"worker {transport.rank} cannot start: {e}"))
         return ExitCode.FAILED
     transport.send(0, hello)
     if log.enabled(log.TRACE):
@@ -391,8 +390,8 @@ def _live(transport: Transport) -> int:
         log.trace(f"Worker {rank}: Host memory: {hello.memory} MB")
         log.trace(f"Worker {rank}: Host threads/CPUs: {hello.cpus}")
     msg = _wait(transport, worker.inbox)
-    if msg[0] == protocol.SHUTDOWN:
-        transport.send(0, (protocol.BYE, None))
+    if isinstance(msg, protocol.Shutdown):
+        transport.send(0, protocol.bye(None))
         return ExitCode.OK
     assert isinstance(msg, protocol.Start), msg[:1]
     worker.launcher.host_rank, run_script = msg.host_rank, msg.run_host_script
@@ -405,10 +404,10 @@ def _live(transport: Transport) -> int:
         if run_script:
             # A failure is the master's to report (as a fatal error, once).
             ok, text = worker.run_host_script()
-            transport.send(0, (protocol.HOST_SCRIPT, ok, text))
+            transport.send(0, protocol.host_script(ok, text))
         worker.loop()
         worker.stop_host_script()
-        transport.send(0, (protocol.BYE, None))
+        transport.send(0, protocol.bye(None))
         log.debug(f"Worker {rank}: Exiting...")
     except TransportError as e:
         log.error(f"Worker {rank}: Lost the master ({e}); killing tasks")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pmc.core.protocol import SHUTDOWN
+from pmc.core import protocol
 from pmc.errors import FatalError
 from pmc.transport import Transport, TransportError
 
@@ -41,7 +41,7 @@ class Workers:
             return
         for rank in range(1, t.size):
             try:
-                t.send(rank, (SHUTDOWN,))
+                t.send(rank, protocol.shutdown(False))
             except TransportError:
                 pass  # gone already: nothing to tell it
         t.close()

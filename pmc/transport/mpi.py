@@ -50,7 +50,7 @@ import threading
 import time
 
 from pmc import batchsignals, log
-from pmc.core.protocol import PING, SHUTDOWN, Message
+from pmc.core.protocol import Message, Shutdown, ping
 from pmc.transport import TransportError, look_interval
 from pmc.transport.local import LocalWorker
 from pmc.transport.mpisettings import mpi_settings
@@ -299,7 +299,7 @@ class MpiTransport:
             if rank in self._probes or rank == 0:
                 continue
             try:
-                self._probes[rank] = self.comm.issend((PING,), dest=rank, tag=0)
+                self._probes[rank] = self.comm.issend(ping(), dest=rank, tag=0)
             except MPI.Exception:
                 self._probes[rank] = None
 
@@ -359,7 +359,7 @@ class MpiTransport:
             # The master's SHUTDOWN says whether a rank was lost: then MPI_Finalize
             # would wait for it (peer_lost).
             for _src, msg in out:
-                if msg[0] == SHUTDOWN and len(msg) > 1 and msg[1]:
+                if isinstance(msg, Shutdown) and msg.worker_lost:
                     _LOST_PEER.append(msg)
         return out
 
