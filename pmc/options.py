@@ -95,12 +95,13 @@ OPTIONS: tuple[Option, ...] = (
     # its host section (with units for memory), also used for the allocation.
     Option(("--host-memory",), "host_memory",
            "memory per host in MB (env PMC_HOST_MEMORY, where 0 is the default; default: "
-           "detected)", metavar="MB", type=ref_positive_int, env="PMC_HOST_MEMORY",
+           "detected: MemTotal, or the worker's cgroup memory limit where lower, a pmc "
+           "extension)", metavar="MB", type=ref_positive_int, env="PMC_HOST_MEMORY",
            env_type=ref_nonneg_int, worker=True, to_field=_none_if_zero),
     Option(("--host-cpus",), "host_cpus",
-           "cpus per host (env PMC_HOST_CPUS; 0 or default: detected); not with "
-           "--set-affinity", metavar="N", type=ref_nonneg_int, env="PMC_HOST_CPUS",
-           worker=True, to_field=_none_if_zero),
+           "cpus per host (env PMC_HOST_CPUS; 0 or default: detected: the cpus the worker "
+           "may run on, which a cpuset narrows); not with --set-affinity", metavar="N",
+           type=ref_nonneg_int, env="PMC_HOST_CPUS", worker=True, to_field=_none_if_zero),
     Option(("--strict-limits",), "strict_limits",
            "limit each task to its -m request: its address space (RLIMIT_AS, as PMC: its "
            "allocations past -m fail), or its memory (--limit-memory-by cgroup)",

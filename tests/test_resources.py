@@ -5,6 +5,7 @@ from __future__ import annotations
 from array import array
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -13,6 +14,7 @@ from pmc.core.engine import Engine
 from pmc.core.events import Observer
 from pmc.core.resources import Host, Resources, Worker
 from pmc.dag import parse_dag
+from pmc.runtime import hostinfo
 from pmc.runtime.placement import Placer
 from pmc.runtime.summary import Counts
 
@@ -413,3 +415,33 @@ def test_a_queued_gpu_task_given_back_holds_no_ids(tmp_path: Path) -> None:
     assert placer.promote(specs["a"].id, r.workers[1]) == -1  # a ends, nothing behind it
     (again,) = placer.place(None)[1]
     assert (again.name, again.gpus, again.after) == ("b", ("0", "1"), -1)
+
+
+def test_cgroup_memory_limit_v1_hierarchical(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    own = tmp_path / "memory" / "a" / "b"
+    own.mkdir(parents=True)
+    (own / "memory.stat").write_text(f"cache 0\nhierarchical_memory_limit {3 << 30}\n")
+    cgroup = tmp_path / "self-cgroup"
+    cgroup.write_text("4:memory:/a/b\n3:cpuset:/\n0::/\n")
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda f, *a, **k: real_open(
+        cgroup if f == "/proc/self/cgroup" else f, *a, **k))
+    assert hostinfo.cgroup_memory_limit(str(tmp_path)) == 3 << 30
+    (own / "memory.stat").write_text("hierarchical_memory_limit 9223372036854771712\n")
+    assert hostinfo.cgroup_memory_limit(str(tmp_path)) is None
+
+
+def test_cgroup_memory_limit_v2_lowest_on_the_path(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "cgroup.controllers").write_text("memory\n")
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "memory.max").write_text(f"{2 << 30}\n")
+    (tmp_path / "a" / "b" / "memory.max").write_text("max\n")
+    cgroup = tmp_path / "self-cgroup"
+    cgroup.write_text("0::/a/b\n")
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda f, *a, **k: real_open(
+        cgroup if f == "/proc/self/cgroup" else f, *a, **k))
+    assert hostinfo.cgroup_memory_limit(str(tmp_path)) == 2 << 30
+

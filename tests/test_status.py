@@ -34,6 +34,17 @@ def test_finished_ok(tmp_path: Path) -> None:
     assert r.stdout.startswith("ok.dag: succeeded")
 
 
+def test_names_each_host_with_its_cpus_memory_and_tasks(tmp_path: Path) -> None:
+    dag = write_dag(tmp_path / "h.dag", "TASK a /bin/true\nTASK b /bin/true\n")
+    assert pmc(["run", "--workers", "1", "--host-cpus", "3", "--host-memory", "700",
+                dag.name], tmp_path).returncode == 0
+    r = status(dag)
+    assert r.returncode == 0, r.stdout + r.stderr
+    host = os.uname().nodename
+    assert re.search(rf"^host {re.escape(host)}: 3 cpus, 700 MB memory, ran 2 tasks "
+                     r"\(\d+\.\d s\)$", r.stdout, re.M), r.stdout
+
+
 def test_failed_task(tmp_path: Path) -> None:
     dag = write_dag(tmp_path / "f.dag", "TASK a /bin/true\nTASK b /bin/false\n"
                     "TASK c /bin/true\nTASK d /bin/true\nEDGE b c\nEDGE c d\n")

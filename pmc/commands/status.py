@@ -54,6 +54,8 @@ class Status:
     gpus: dict[str, list[int]] = field(default_factory=dict)
     multirank_tasks: dict[str, list[str]] = field(default_factory=dict)
     metrics: str = ""  # the live run's metrics endpoint, if it serves one
+    # pmc extension: each worker host (name, cpus, memory_mb, tasks, task_seconds)
+    hosts: list[dict[str, Any]] = field(default_factory=list)
     # pmc extensions: tasks reused (--reuse; part of "done"), and each task array's
     # progress (name, members, done, running, failed, failed_members)
     reused: int = 0
@@ -188,6 +190,7 @@ def workflow_status(dag_path: str, rescue_path: str | None = None) -> Status:
                 f"{where}, but no update for {age:.0f} s: the master may be gone"
     elif st.state == "incomplete" and snap.get("reason"):
         st.note = str(snap["reason"])
+    st.hosts = [h for h in snap.get("hosts") or [] if isinstance(h, dict)]
     ended = int(snap.get("succeeded", 0)) + st.failed
     if updated > start and ended:
         st.rate = ended / (updated - start)
@@ -267,6 +270,9 @@ def render(st: Status, tty: bool, width: int = 80) -> str:
     if st.gpus:
         lines.append("gpus busy/total: " + " ".join(
             f"{host} {busy}/{total}" for host, (busy, total) in sorted(st.gpus.items())))
+    for h in st.hosts:
+        lines.append(f"host {h.get('name')}: {h.get('cpus')} cpus, {h.get('memory_mb')} MB memory, "
+                     f"ran {h.get('tasks', 0)} tasks ({float(h.get('task_seconds', 0)):.1f} s)")
     if st.metrics:
         lines.append(f"metrics: {st.metrics}")
     if st.failed_tasks:

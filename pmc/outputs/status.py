@@ -112,6 +112,12 @@ class StatusFile(Observer):
                                 for name, hosts in islice(t.multirank.copy().values(),
                                                           NAMES_KEPT)],
             "metrics": self.metrics_url,
+            # pmc extension: each worker host, its cpus and memory as its worker found
+            # them, and the tasks it ran.
+            "hosts": [{"name": name, "cpus": h.cpus, "memory_mb": h.memory,
+                       "tasks": t.host_tasks.get(name, 0),
+                       "task_seconds": round(t.host_runtime.get(name, 0.0), 3)}
+                      for name, h in sorted(t.hosts.copy().items())],
             # pmc extensions: tasks reused (--reuse), and each task array's members.
             "reused": t.reused_n,
             "arrays": [{"name": name, "members": a.members, "done": a.done,

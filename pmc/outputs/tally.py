@@ -81,6 +81,7 @@ class Tally(Observer):
         self.rss_buckets = [0] * (len(RSS_BUCKETS_KB) + 1)
         self.rss_kb = 0
         self.host_runtime: dict[str, float] = {}
+        self.host_tasks: dict[str, int] = {}  # tasks ended per host (a multi-rank one: each)
         self.host_slots: dict[str, int] = {}
         # The hosts themselves, read when collected (their free cpus and memory now):
         # nothing to copy per task.
@@ -191,8 +192,10 @@ class Tally(Observer):
                 self._multirank_ended(task)
                 for name in host.split(","):  # each of its hosts was busy with it
                     self.host_runtime[name] = self.host_runtime.get(name, 0.0) + d
+                    self.host_tasks[name] = self.host_tasks.get(name, 0) + 1
             else:
                 self.host_runtime[host] = self.host_runtime.get(host, 0.0) + d
+                self.host_tasks[host] = self.host_tasks.get(host, 0) + 1
         self.buckets[bisect_left(DURATION_BUCKETS, d)] += 1
         rss = res.max_rss_kb
         if rss is not None:

@@ -35,11 +35,69 @@ def task_environment(env: dict[str, str] | os._Environ[str]) -> dict[str, str]:
 
 
 def detect_cpus() -> int:
-    return os.cpu_count() or 1
+    """The cpus this worker may run on: its affinity, which a cgroup cpuset (a batch
+    system's, a container's) narrows; the machine's count where affinity is unknown."""
+    try:
+        return len(os.sched_getaffinity(0)) or os.cpu_count() or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def detect_memory_mb() -> int:
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1024 * 1024)
+    """The host's memory: MemTotal, or the memory limit of this process's cgroup where
+    that is lower (a batch system's or container's limit is what its tasks can use)."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    limit = cgroup_memory_limit()
+    return min(total, limit) // (1024 * 1024) if limit else total // (1024 * 1024)
+
+
+def cgroup_memory_limit(root: str = "/sys/fs/cgroup") -> int | None:
+    """The memory limit in bytes that this process's cgroup and its ancestors set (v1:
+    the memory controller's hierarchical limit; v2: the lowest memory.max on the path),
+    None where there is none or it cannot be read."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            return _v1_limit(f"{root}/memory{path.rstrip('/')}")
+    for line in lines:
+        if line.startswith("0::") and os.path.exists(f"{root}/cgroup.controllers"):
+            return _v2_limit(root, line[3:])
+    return None
+
+
+def _v1_limit(directory: str) -> int | None:
+    try:
+        with open(f"{directory}/memory.stat") as f:
+            for line in f:
+                if line.startswith("hierarchical_memory_limit "):
+                    value = int(line.split()[1])
+                    # "No limit" is the largest page-aligned value, not a real bound.
+                    return value if value < 1 << 60 else None
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _v2_limit(root: str, path: str) -> int | None:
+    limits: list[int] = []
+    parts = [p for p in path.split("/") if p]
+    for depth in range(len(parts), 0, -1):
+        try:
+            with open(f"{root}/{'/'.join(parts[:depth])}/memory.max") as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text != "max":
+            try:
+                limits.append(int(text))
+            except ValueError:
+                pass
+    return min(limits) if limits else None
 
 
 def cpu_sockets() -> dict[int, int]:
