@@ -2,11 +2,12 @@
 batch script ``pmc submit`` writes: pmc's ranks started by ``srun --mpi=pmi2`` or by
 Hydra's ``mpiexec`` (its Slurm bootstrap), ranks on every node, workers on other hosts
 than the master's talking MPI over the cluster's network. Each record names the host
-that ran the task; the host script runs once on each host."""
+that ran the task, and so does ``pmc status``; the host script runs once on each host."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -49,7 +50,13 @@ def test_tasks_run_on_every_node(tmp_path: Path, launcher: str) -> None:
     events = [json.loads(ln) for ln in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert {e["task"]: e["host"] for e in events if e["event"] == "task.finished"} == ran
     assert sorted((tmp_path / "hostscript.txt").read_text().split()) == NODES
-    assert pmc(tmp_path, "status", dag).returncode == 0
+    # pmc status names each node, with the tasks it ran.
+    proc = pmc(tmp_path, "status", dag)
+    assert proc.returncode == 0, proc.stderr
+    ran_on = list(ran.values())
+    for name in NODES:
+        assert re.search(rf"^host {name}: \d+ cpus, \d+ MB memory, ran {ran_on.count(name)} "
+                         r"tasks \(", proc.stdout, re.M), proc.stdout
 
 
 def test_cluster_scale_benchmark_runs(tmp_path: Path) -> None:
