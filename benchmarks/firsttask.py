@@ -126,9 +126,12 @@ def first_task(argv: list[str], stamp: Path, cwd: Path, env: dict[str, str],
     seen: set[int] = set()
     ticks: dict[int, int] = {}  # cpu of each process of the run, last seen
     try:
-        text = ""
-        while not text.endswith("\n") or time.time() < first + window:
+        while not first or time.time() < first + window:
             if proc.poll() is not None:
+                if not first and (first := _first_stamp(stamp, token)):
+                    cpu = sum(ticks.values()) / TICK  # a task started as the run ended
+                if first:
+                    break  # the run ended inside the window: every task it started counts
                 raise RuntimeError(f"exit {proc.returncode} before a task started: {argv}")
             if not first and time.time() - t0 > timeout:
                 raise RuntimeError(f"no task started in {timeout} s: {argv}")
@@ -148,16 +151,8 @@ def first_task(argv: list[str], stamp: Path, cwd: Path, env: dict[str, str],
             time.sleep(0.02)
             if first:
                 continue
-            try:
-                text = stamp.read_text()
-            except FileNotFoundError:
-                text = ""
-            if text.endswith("\n") and text.split()[0] != token:
-                # A task of a run before, killed as it started: not this run's.
-                stamp.unlink(missing_ok=True)
-                text = ""
-            elif text.endswith("\n"):
-                first = float(text.split()[1])
+            first = _first_stamp(stamp, token)
+            if first:
                 cpu = sum(ticks.values()) / TICK
         started = count.stat().st_size if window and count.exists() else 0
         return {"first_s": first - t0, "cpu_s": cpu, "rate": started / window if window else 0,
@@ -176,6 +171,21 @@ def first_task(argv: list[str], stamp: Path, cwd: Path, env: dict[str, str],
         while time.time() < end and any(Path(f"/proc/{pid}").exists()
                                         and _state(pid) != "Z" for pid in seen):
             time.sleep(0.05)
+
+
+def _first_stamp(stamp: Path, token: str) -> float:
+    """The time this run's first task wrote in the stamp file (0.0: none yet)."""
+    try:
+        text = stamp.read_text()
+    except FileNotFoundError:
+        return 0.0
+    if not text.endswith("\n"):
+        return 0.0
+    if text.split()[0] != token:
+        # A task of a run before, killed as it started: not this run's.
+        stamp.unlink(missing_ok=True)
+        return 0.0
+    return float(text.split()[1])
 
 
 def _state(pid: int) -> str:

@@ -272,15 +272,20 @@ def _nobody() -> list[str] | None:
                  ["runuser", "-u", "nobody", "--"]):
         if shutil.which(tool[0]):
             probe = subprocess.run([*tool, "true"], capture_output=True)
-            if probe.returncode == 0:
-                return tool
+            if probe.returncode != 0:
+                continue
+            # pmc's own install must be one the other user can run (not one inside a
+            # home directory only its owner may enter).
+            probe = subprocess.run([*tool, sys.executable, "-c", "import pmc.commands.cli"],
+                                   cwd="/", env=clean_env(), capture_output=True)
+            return tool if probe.returncode == 0 else None
     return None
 
 
 def test_another_user_cannot_add_a_task(runs):
     as_nobody = _nobody()
     if as_nobody is None:
-        pytest.skip("needs root and setpriv or runuser to run as another user")
+        pytest.skip("needs root, setpriv or runuser, and a pmc install another user can run")
     # A directory others may enter, and a socket others may open (as if its mode had
     # been changed): the uid of the peer is still checked.
     where = Path(tempfile.mkdtemp(prefix="pmc-open-"))
