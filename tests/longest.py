@@ -11,13 +11,24 @@ import ast
 import sys
 from pathlib import Path
 
+import pmc.adapters
+
+import pmc
+
 ROOT = Path(__file__).resolve().parent.parent
+# The sources as imported: pmc/ and adapters/ in a checkout, pmc/ alone (adapters inside
+# it) where pmc is installed, as in the image.
+SOURCES = {Path(pmc.__file__).resolve().parent, Path(pmc.adapters.__file__).resolve().parent}
 FUNCTION_LIMIT = 80
 MODULE_LIMIT = 500
 
 
 def _files() -> list[Path]:
-    return sorted([*ROOT.joinpath("pmc").rglob("*.py"), *ROOT.joinpath("adapters").rglob("*.py")])
+    return sorted({path for source in SOURCES for path in source.rglob("*.py")})
+
+
+def _shown(path: Path) -> str:
+    return str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
 
 
 def functions() -> list[tuple[int, str]]:
@@ -30,7 +41,7 @@ def functions() -> list[tuple[int, str]]:
                 name = prefix + child.name
                 if not isinstance(child, ast.ClassDef):
                     length = (child.end_lineno or child.lineno) - child.lineno + 1
-                    found.append((length, f"{path.relative_to(ROOT)}:{child.lineno} {name}"))
+                    found.append((length, f"{_shown(path)}:{child.lineno} {name}"))
                 visit(child, path, name + ".")
             else:
                 visit(child, path, prefix)
@@ -42,7 +53,7 @@ def functions() -> list[tuple[int, str]]:
 
 def modules() -> list[tuple[int, str]]:
     """(lines, file) for every module, longest first."""
-    rows = [(len(p.read_text(encoding="utf-8").splitlines()), str(p.relative_to(ROOT)))
+    rows = [(len(p.read_text(encoding="utf-8").splitlines()), _shown(p))
             for p in _files()]
     return sorted(rows, key=lambda row: -row[0])
 
