@@ -38,6 +38,10 @@ class TriesSoFar(Protocol):
     runtime: float  # their durations
     cpu_seconds: float  # their durations x the cpus each held
     cpu_time: float  # their user + system cpu time
+    # Per host: their durations, and how many (a multi-rank try on several hosts counts
+    # in full on each).
+    per_host_runtime: dict[str, float]
+    per_host_tries: dict[str, int]
 
 
 class RunInfo(NamedTuple):

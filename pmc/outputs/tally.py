@@ -80,8 +80,10 @@ class Tally(Observer):
         # Peak memory of ended tries whose peak is known (KiB): per bucket, and the sum.
         self.rss_buckets = [0] * (len(RSS_BUCKETS_KB) + 1)
         self.rss_kb = 0
+        # Per host, the seconds of the tries ended there and how many: the master's
+        # counts (RunInfo.counts), read (a multi-rank try on several hosts: on each).
         self.host_runtime: dict[str, float] = {}
-        self.host_tasks: dict[str, int] = {}  # tasks ended per host (a multi-rank one: each)
+        self.host_tasks: dict[str, int] = {}
         self.host_slots: dict[str, int] = {}
         # The hosts themselves, read when collected (their free cpus and memory now):
         # nothing to copy per task.
@@ -124,6 +126,9 @@ class Tally(Observer):
         self.info = info
         self.start = info.start
         self.counts = info.counts
+        if info.counts is not None:
+            self.host_runtime = info.counts.per_host_runtime
+            self.host_tasks = info.counts.per_host_tries
         self.reused_n = info.reused
         self.arrays = {a.name: ArrayProgress(a.members, a.recovered, a.reused)
                        for a in info.arrays}
@@ -187,15 +192,8 @@ class Tally(Observer):
             self.memory_busy -= task.memory
             if self.arrays and task.array is not None:
                 self.arrays[task.array.name].running -= 1
-            host = entry[2]
-            if self.multirank and task.id in self.multirank:
+            if self.multirank:
                 self._multirank_ended(task)
-                for name in host.split(","):  # each of its hosts was busy with it
-                    self.host_runtime[name] = self.host_runtime.get(name, 0.0) + d
-                    self.host_tasks[name] = self.host_tasks.get(name, 0) + 1
-            else:
-                self.host_runtime[host] = self.host_runtime.get(host, 0.0) + d
-                self.host_tasks[host] = self.host_tasks.get(host, 0) + 1
         self.buckets[bisect_left(DURATION_BUCKETS, d)] += 1
         rss = res.max_rss_kb
         if rss is not None:

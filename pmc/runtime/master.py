@@ -350,7 +350,8 @@ class Master:
             if affinity:
                 worker.host.give_cpu_set(list(affinity))
             opts = options_of(task)
-            counts.ended(res, worker.host.name, opts.cpus * opts.ranks)
+            counts.ended(res, self.placer.where(res.id, worker) if self.resources.grants
+                         else worker.host.name, opts.cpus * opts.ranks)
             error = res.error
             if self.forward_errors and res.id in self.forward_errors:
                 error = error or self.forward_errors.pop(res.id)

@@ -19,7 +19,8 @@ from pmc.core.resources import Resources
 
 class Counts:
     __slots__ = ("cpu_seconds", "cpu_time", "first_start", "last_end", "per_host_runtime",
-                 "runtime", "tries_failed", "tries_stopped", "tries_submitted")
+                 "per_host_tries", "runtime", "tries_failed", "tries_stopped",
+                 "tries_submitted")
 
     def __init__(self) -> None:
         # Tries as the reference's [cluster-summary] counts them: every try sent to a
@@ -32,14 +33,24 @@ class Counts:
         self.cpu_time = 0.0
         self.first_start: float | None = None
         self.last_end = 0.0
+        # Per host, the tries that ended there and their seconds. A multi-rank try with
+        # ranks on several hosts held each of them for its whole duration: it counts in
+        # full on every one (the summary, the event log, pmc status and the metrics all
+        # read these).
         self.per_host_runtime: dict[str, float] = {}
+        self.per_host_tries: dict[str, int] = {}
 
     def ended(self, res: TaskResult, host: str, cpus: int) -> None:
-        """A try that held ``cpus`` (all its ranks') ended on ``host``."""
-        self.runtime += res.duration
-        self.cpu_seconds += res.duration * cpus
+        """A try that held ``cpus`` (all its ranks') ended on ``host`` (for a multi-rank
+        try on several hosts, their names, comma-separated)."""
+        d = res.duration
+        self.runtime += d
+        self.cpu_seconds += d * cpus
         self.cpu_time += res.cpu_time
-        self.per_host_runtime[host] = self.per_host_runtime.get(host, 0.0) + res.duration
+        runtime, tries = self.per_host_runtime, self.per_host_tries
+        for name in host.split(",") if "," in host else (host,):
+            runtime[name] = runtime.get(name, 0.0) + d
+            tries[name] = tries.get(name, 0) + 1
         if self.first_start is None or res.start < self.first_start:
             self.first_start = res.start
         self.last_end = max(self.last_end, res.start + res.duration)
