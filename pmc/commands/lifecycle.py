@@ -1,13 +1,13 @@
 """One run of a DAG from the master's hand-shake to its observers' close: ``Run``.
 
-``pmc run`` (``commands/run.py``) reads and locks the DAG, builds the observers and the
-transport, then hands them to a ``Run`` and calls ``execute``, which takes the steps in
-order — ``start`` (the workers' hand-shake), ``started`` (the observers open their files),
-``loop``, ``summary`` (the end-of-run lines, the summary record, the tasks' output
-merged), ``shutdown`` (the workers told to stop), ``finished``, ``close`` — and turns
-what happened into the exit code. The benchmarks and the tests take the same steps on a
-``Run`` of their own, with a fake transport, so that what they measure or check is what
-``pmc run`` does.
+``pmc run`` (``commands/run.py``, its master's side in ``commands/runmaster.py``) reads
+and locks the DAG, builds the observers and the transport, then hands them to a ``Run``
+and calls ``execute``, which takes the steps in order — ``start`` (the workers'
+hand-shake), ``started`` (the observers open their files), ``loop``, ``summary`` (the
+end-of-run lines, the summary record, the tasks' output merged), ``shutdown`` (the
+workers told to stop), ``finished``, ``close`` — and turns what happened into the exit
+code. The benchmarks and the tests take the same steps on a ``Run`` of their own, with a
+fake transport, so that what they measure or check is what ``pmc run`` does.
 """
 
 from __future__ import annotations

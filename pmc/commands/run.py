@@ -1,37 +1,33 @@
-"""Running a workflow: pick the mode, read and lock the DAG, wire master, workers, outputs.
+"""Running a workflow: pick the mode, start the workers, and hand over to the master's side.
 
-The composition root: the run's observers are built here, before the master exists, and
-told here that the run started (once the master's hand-shake with its workers is done:
-no output file is created for a run that cannot start), finished, and is over.
+The composition root: the master's side (``commands/runmaster.py``) reads and locks the
+DAG and builds the run's observers before the master exists, and a ``Run``
+(``commands/lifecycle.py``) tells them that the run started (once the master's hand-shake
+with its workers is done: no output file is created for a run that cannot start),
+finished, and is over.
 
 MPI mode when the process was started by an MPI launcher (decided from the launcher's
 environment before mpi4py is imported, since importing it initialises MPI); otherwise the
 embedded mode with worker processes on this machine. Both run the same master and worker.
+Every rank runs this module, so what only the master, only a worker or only MPI needs is
+imported where it is needed, each with its reason.
 """
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import gc
 import os
 import signal
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from pmc import batchsignals, log
-from pmc.commands.lifecycle import Run
-from pmc.commands.taskoutput import TaskOutput
 from pmc.errors import ExitCode, FatalError
-from pmc.logsetup import LogOutput, log_output, open_log_file
-from pmc.options import RunOptions, without_effect
+from pmc.logsetup import LogOutput, log_output
+from pmc.options import RunOptions
 from pmc.process import flush_stdio
+from pmc.runtime import rankshim
 from pmc.runtime.workers import Workers, serve_forked
-
-if TYPE_CHECKING:
-    # The master's side is imported where the master is made (below): a worker rank,
-    # which runs this module too, needs none of it (~15 ms of imports per rank).
-    pass
+from pmc.transport.local import LocalMaster, forks
 
 _MPI_ENV = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "ALPS_APP_PE",
             "MPI_LOCALRANKID")
@@ -66,21 +62,23 @@ def run(opts: RunOptions, output: LogOutput | None = None) -> int:
 
 
 def _run_mpi(opts: RunOptions, output: LogOutput | None) -> int:
-    from pmc.runtime import rankshim
-
     # Before MPI starts: a worker rank's death by a signal becomes an exit, which Hydra
     # survives (its proxy kills every rank when it reaps one killed by a signal).
     rankshim.keep()
-    from pmc.transport.mpi import MpiTransport
+    # Imported here, not above: importing it initialises MPI (after the keeper, and
+    # never in an embedded run, which may have no MPI at all: mpi4py is optional).
+    from pmc.transport import mpi
 
     # With prefetching the next tasks already wait on the workers: a moment's delay in
     # seeing a message costs nothing, and spinning would take cpu from the tasks.
-    transport = MpiTransport(sleep_on_recv=not opts.no_sleep_on_recv,
-                             spin=not opts.prefetching, host_sockets=opts.host_sockets)
+    transport = mpi.MpiTransport(sleep_on_recv=not opts.no_sleep_on_recv,
+                                 spin=not opts.prefetching, host_sockets=opts.host_sockets)
     if transport.rank != 0:
+        # Only a worker rank imports the worker (the master's rank does without its ~30
+        # modules).
         from pmc.runtime import worker
 
-        return _leave_mpi(worker.run(transport))
+        return _leave_mpi(worker.run(transport), mpi.peer_lost())
     if transport.size < 2:
         log.fatal("At least one worker process is required")
         return ExitCode.FAILED
@@ -92,27 +90,26 @@ def _run_mpi(opts: RunOptions, output: LogOutput | None) -> int:
         workers.release()
     if transport.given_up():
         # A rank given up on may never end, and the job with it: end it (every record
-        # is written by now).
+        # is written by now). Imported only then: it brings subprocess, which no other
+        # part of a rank needs.
         from pmc.transport import jobend
 
         jobend.end_job(transport.comm, code, transport.given_up())
-    return _leave_mpi(code)
+    return _leave_mpi(code, mpi.peer_lost())
 
 
-def _leave_mpi(code: int) -> int:
-    """After a rank was lost MPI_Finalize (mpi4py calls it at exit) waits for it for
-    ever: leave at once instead, with everything written."""
-    from pmc.transport.mpi import peer_lost
-
-    if peer_lost():
+def _leave_mpi(code: int, peer_lost: bool) -> int:
+    """After a rank was lost (``peer_lost``) MPI_Finalize (mpi4py calls it at exit) waits
+    for it for ever: leave at once instead, with everything written."""
+    if peer_lost:
         flush_stdio()
         os._exit(code)
     return code
 
 
 def _run_local(opts: RunOptions, output: LogOutput | None) -> int:
+    # Imported here: a worker rank reads no DAG, and this brings the DAG's line reader.
     from pmc.dag.edgehelper import MIN_BYTES
-    from pmc.transport.local import LocalMaster, forks
 
     n = opts.workers or os.cpu_count() or 1
     workers = Workers(lambda: LocalMaster(n, serve=serve_forked))
@@ -148,117 +145,12 @@ def _run_master(opts: RunOptions, workers: Workers, mode: str,
     thresholds = gc.get_threshold()
     gc.disable()
     try:
-        return _read_and_run(opts, workers, mode, output or log_output(opts))
+        # The master's side is imported only by the master, once its workers are on
+        # their way (forked ones without its modules): a worker rank, which runs this
+        # module too, needs none of it.
+        from pmc.commands.runmaster import read_and_run
+
+        return read_and_run(opts, workers, mode, output or log_output(opts))
     finally:
         gc.set_threshold(*thresholds)  # settle_heap's, for the loop only
         (gc.enable if collecting else gc.disable)()
-
-
-def _read_and_run(opts: RunOptions, workers: Workers, mode: str, output: LogOutput) -> int:
-    from pmc.core.events import Fanout
-    from pmc.core.rescue import RescueError, read_records
-    from pmc.dag import DagError, parse_dag
-    from pmc.outputs import assemble
-    from pmc.runtime import openrun
-
-    # The log file first: every line after this one goes there.
-    try:
-        open_log_file(output)
-    except OSError as e:
-        log.fatal(f"Unable to open log file: {opts.log_file}: {e.strerror}")
-        return ExitCode.FAILED
-    if opts.site_profile:
-        log.info(f"Site profile: {opts.site_profile}")
-    for text in without_effect(opts, mode):
-        log.warn(text)
-    if log.enabled(log.DEBUG):
-        log.debug(f"Using old rescue file: {'' if opts.skip_rescue else opts.rescue_path}")
-        log.debug(f"Using new rescue file: {opts.rescue_path}")
-    try:
-        dag = parse_dag(opts.dag)
-        opened = openrun.prepare(opts, dag)  # the tasks added before, an open run's side
-    except DagError as e:
-        log.fatal(str(e))
-        return ExitCode.USAGE
-    workers.started()
-    lock_fd = -1
-    if not opts.nolock:
-        log.debug("Locking DAG file...")
-        try:
-            lock_fd = _lock(opts.dag)
-        except FatalError as e:
-            log.fatal(str(e))
-            return ExitCode.FAILED
-    sink = TaskOutput(opts)
-    try:
-        done: set[int] = set()
-        reused: set[int] = set()
-        if not opts.skip_rescue:
-            try:
-                done, reused, warnings = read_records(opts.rescue_path, dag)
-            except RescueError as e:
-                log.fatal(str(e))
-                return ExitCode.FAILED
-            for w in warnings:
-                log.warn(w)
-        done |= reused  # reused in a run before: done, unless --reuse judges again
-        if opts.reuse:
-            from pmc.runtime.reuse import reusable
-
-            done, reused = reusable(dag, done)
-        else:
-            reused = set()
-        # Files the run will write, checked before any task runs: a run that cannot keep
-        # its rescue log or deliver its tasks' output stops here, with nothing done.
-        try:
-            _check_rescue_dir(opts.rescue_path)
-            sink.open()
-            outputs = assemble.outputs(opts, output)  # opens nothing (but a metrics endpoint)
-        except FatalError as e:
-            log.fatal(str(e))
-            return ExitCode.FAILED
-        out = Fanout([*outputs.observers, *([opened] if opened else [])])
-        return Run(opts, dag, workers.take(), out, mode, done=done, reused=reused,
-                   progress=outputs.progress, sink=sink, opened=opened).execute()
-    finally:
-        sink.close()
-        if lock_fd >= 0:
-            log.debug("Unlocking DAG file...")
-            os.close(lock_fd)
-
-
-def _lock(path: str) -> int:
-    """An exclusive POSIX record lock (fcntl F_SETLK, F_WRLCK) on the whole DAG file, as
-    PMC takes: two runs of either program on one DAG exclude each other.
-
-    POSIX locks belong to the process and go the moment it closes *any* descriptor of the
-    file, so the DAG is parsed before the lock is taken and nothing in this process opens
-    it again while the run holds the lock (the edge helper reads it in a process of its
-    own, and only while parsing). Like PMC's, the lock needs the file open for writing."""
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-    except OSError as e:
-        raise FatalError(f"Unable to open DAG file: {path}: {e.strerror} "
-                         "(use -n/--nolock to run without the lock)") from e
-    try:
-        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
-        os.close(fd)
-        if e.errno in (errno.EAGAIN, errno.EACCES):
-            # The reference's words, then how to go on regardless.
-            raise FatalError(f"DAG file is already locked by another process: {path}: "
-                             f"{os.strerror(e.errno)} (another run of this workflow holds "
-                             "it; use -n/--nolock to skip locking)") from None
-        raise FatalError(f"Unable to lock DAG file: {path}: {e.strerror}") from e
-    return fd
-
-
-def _check_rescue_dir(path: str) -> None:
-    """Fail now if the rescue log cannot be written where it goes: the run writes it by
-    way of a temporary file beside it, so create and remove one there."""
-    probe = f"{path}.tmp.{os.getpid()}"
-    try:
-        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666))
-        os.unlink(probe)
-    except OSError as e:
-        raise FatalError(f"Unable to open rescue file: {path}: {e.strerror}") from e
