@@ -199,10 +199,32 @@ def finish(proc: subprocess.Popen[bytes], timeout: float, what: str = "pmc") -> 
         return proc.wait(timeout)
     except subprocess.TimeoutExpired:
         tree = descendants(proc.pid) | {proc.pid}
-        shown = "; ".join(f"{p}: {cmdline(p)[:100]}" for p in sorted(tree))
-        kill_groups(tree)
+        # Orphans of the run (a dead rank's tasks or guard, now init's) are no longer in
+        # the tree, yet may hold what the launcher waits for: those working in its
+        # directory are named too, with their parent and group.
+        where = _cwd(proc.pid)
+        strays = {p for p in all_pids() if where and _cwd(p) == where} - tree
+        shown = "; ".join(f"{p} ({proc_stat(p)}): {cmdline(p)[:100]}"
+                          for p in sorted(tree | strays))
+        stderr = _tail(Path(where) / "run.stderr") if where else ""
+        kill_groups(tree | strays)
         proc.wait()
-        raise AssertionError(f"{what} did not finish within {timeout:g} s: {shown}") from None
+        raise AssertionError(f"{what} did not finish within {timeout:g} s: {shown}"
+                             f"\n--- its stderr (last lines):\n{stderr}") from None
+
+
+def _cwd(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return ""
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(none)"
 
 
 def new_marker() -> str:
