@@ -4,8 +4,11 @@ from stdin and from ``pmc.client``; batches refused whole; the journal across a
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import json
 import os
+import pwd
 import shutil
 import signal
 import socket
@@ -14,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -265,27 +268,82 @@ def test_hostile_messages_and_a_wrong_token_are_refused(tmp_path, runs):
     assert token not in err and token not in out
 
 
-def _nobody() -> list[str] | None:
-    if os.getuid() != 0:
-        return None
-    for tool in (["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"],
-                 ["runuser", "-u", "nobody", "--"]):
-        if shutil.which(tool[0]):
-            probe = subprocess.run([*tool, "true"], capture_output=True)
-            if probe.returncode != 0:
-                continue
-            # pmc's own install must be one the other user can run (not one inside a
-            # home directory only its owner may enter).
-            probe = subprocess.run([*tool, sys.executable, "-c", "import pmc.commands.cli"],
-                                   cwd="/", env=clean_env(), capture_output=True)
-            return tool if probe.returncode == 0 else None
-    return None
+def _as_other_user(cwd: Path, stdin: str, act: Callable[[], object]) -> tuple[int, str, str]:
+    """Run ``act`` in a child of this process that is user ``nobody`` (a real other uid:
+    setgroups, setgid, setuid as root), in ``cwd``, with ``stdin`` as its standard input:
+    its exit code (SystemExit's, or what ``act`` returns), stdout and stderr.
+
+    A fork, not an exec: the other user runs pmc's own code already loaded here, so
+    this needs no Python install that user may read (CI's is in a home directory
+    only root enters)."""
+    who = pwd.getpwnam("nobody")
+    # pmc's modules loaded before the fork: the child may not be able to read them.
+    for module in ("pmc.commands.cli", "pmc.commands.openrun", "pmc.client"):
+        importlib.import_module(module)
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    os.write(in_w, stdin.encode())
+    os.close(in_w)
+    pid = os.fork()
+    if pid == 0:  # the other user; whatever happens, it ends here
+        code = 70
+        try:
+            for fd, std in ((in_r, 0), (out_w, 1), (err_w, 2)):
+                os.dup2(fd, std)
+            sys.stdin = open(0, closefd=False)  # noqa: SIM115
+            sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
+            sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
+            os.setgroups([])
+            os.setgid(who.pw_gid)
+            os.setuid(who.pw_uid)
+            if os.getuid() != who.pw_uid or os.geteuid() != who.pw_uid:
+                raise RuntimeError("still root")
+            os.chdir(cwd)
+            result = act()
+            code = result if isinstance(result, int) else 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+        except BaseException as e:  # reported to the test through stderr
+            print(f"{type(e).__name__}: {e}", file=sys.stderr)
+            code = 71
+        finally:
+            with contextlib.suppress(Exception):
+                sys.stdout.flush()
+                sys.stderr.flush()
+            os._exit(code)
+    for fd in (in_r, out_w, err_w):
+        os.close(fd)
+    end = time.monotonic() + 60
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
+        if time.monotonic() > end:
+            os.kill(pid, signal.SIGKILL)
+            done = os.waitpid(pid, 0)
+            break
+        time.sleep(0.05)
+    with open(out_r, "rb") as out, open(err_r, "rb") as err:
+        return os.waitstatus_to_exitcode(done[1]), out.read().decode(), err.read().decode()
+
+
+def _try_the_socket(token: str) -> str:
+    """What the peer of the run's socket sees of a well-formed add with the right
+    token: its reply, or the error its connection ended with."""
+    s = socket.socket(socket.AF_UNIX)
+    s.connect("wf.dag.sock")
+    body = json.dumps({"op": "add", "token": token, "text": "TASK Z /bin/true\n"}).encode()
+    try:
+        s.sendall(struct.pack(">I", len(body)) + body)
+        return repr(s.recv(100))
+    except OSError as e:
+        return type(e).__name__
+    finally:
+        s.close()
 
 
 def test_another_user_cannot_add_a_task(runs):
-    as_nobody = _nobody()
-    if as_nobody is None:
-        pytest.skip("needs root, setpriv or runuser, and a pmc install another user can run")
+    if os.getuid() != 0:
+        pytest.skip("needs root, to be another user")
+    from pmc.commands.cli import main as pmc_main
     # A directory others may enter, and a socket others may open (as if its mode had
     # been changed): the uid of the peer is still checked.
     where = Path(tempfile.mkdtemp(prefix="pmc-open-"))
@@ -294,30 +352,20 @@ def test_another_user_cannot_add_a_task(runs):
         dag = write_dag(where / "wf.dag", f"TASK A {LOG.format(name='A')}\n")
         run = OpenRun(dag)
         runs.append(run)
-        attempt = subprocess.run(
-            [*as_nobody, sys.executable, "-m", "pmc", "add", "wf.dag", "-"], cwd=where,
-            env=clean_env(), input="TASK Z /bin/true\n", capture_output=True, text=True,
-            timeout=60)
-        assert attempt.returncode == 1
-        assert "cannot read wf.dag.token: Permission denied" in attempt.stderr
+        code, _out, err = _as_other_user(where, "TASK Z /bin/true\n",
+                                         lambda: pmc_main(["add", "wf.dag", "-"]))
+        assert code == 1, err
+        assert "cannot read wf.dag.token: Permission denied" in err
         os.chmod(f"{dag}.sock", 0o666)
         token = (where / "wf.dag.token").read_text().strip()
-        script = ("import socket,struct,json,sys\n"
-                  "s=socket.socket(socket.AF_UNIX)\ns.connect('wf.dag.sock')\n"
-                  "b=json.dumps({'op':'add','token':sys.stdin.read(),"
-                  "'text':'TASK Z /bin/true\\n'}).encode()\n"
-                  "try:\n s.sendall(struct.pack('>I',len(b))+b)\n print(repr(s.recv(100)))\n"
-                  "except OSError as e:\n print(type(e).__name__)\n")
-        attempt = subprocess.run([*as_nobody, sys.executable, "-c", script], cwd=where,
-                                 env=clean_env(), input=token, capture_output=True,
-                                 text=True, timeout=60)
-        assert attempt.returncode == 0, attempt.stderr
+        code, out, err = _as_other_user(where, "", lambda: print(_try_the_socket(token)))
+        assert code == 0, err
         # Turned away before its request is read.
-        assert attempt.stdout.strip() in ("b''", "BrokenPipeError", "ConnectionResetError")
+        assert out.strip() in ("b''", "BrokenPipeError", "ConnectionResetError"), out
         code, out, err = run.finish()
         assert code == 0, err
         assert "tasks=1," in out
-        assert "refused a connection from uid 65534" in err
+        assert f"refused a connection from uid {pwd.getpwnam('nobody').pw_uid}" in err
         assert token not in err
     finally:
         shutil.rmtree(where, ignore_errors=True)
