@@ -1,7 +1,7 @@
 """A Snakefile of many short jobs through pmc against snakemake-executor-plugin-slurm,
 on the real (one-node) Slurm, in one run: makespan and jobs submitted to Slurm.
 
-    python benchmarks/snakefile.py [--jobs 500] [--cpus 8] [--keep DIR]
+    python benchmarks/snakefile.py [--jobs 500] [--cpus 5] [--together] [--keep DIR]
 
 pmc: one batch job (``sbatch -c CPUS``, running ``snakemake --executor pmc``) in which
 every Snakemake job is a task of one pmc open run with CPUS embedded workers. Slurm:
@@ -10,6 +10,8 @@ instance, at most CPUS of them at once (as the pmc job's CPUS slots; a centre's 
 of jobs per user works alike; the rest of the node is left to others). Both with the
 plugins' defaults but the status command (``squeue``: this cluster keeps no accounting
 for ``sacct``).
+The sides run one after the other, or with ``--together`` at the same time (then each
+shares the machine with the other: their CPUS together must fit the node's cpus).
 Makespan: from starting the side (sbatch, or snakemake) until every output exists and
 Snakemake has ended. Jobs submitted: the Slurm job ids seen with a submit time in the
 side and their work directory in the side's (``squeue --states=all``, polled each
@@ -25,6 +27,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from _common import PYTHON, machine, workdir
@@ -124,6 +127,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=500, help="short jobs in the Snakefile")
     ap.add_argument("--cpus", type=int, default=5, help="cpus of the pmc job, and slots "
                     "of both sides (default 5 of the one-node Slurm's 8 declared cpus)")
+    ap.add_argument("--together", action="store_true",
+                    help="run both sides at the same time (default: one after the other)")
     ap.add_argument("--keep", help="work in this directory and keep it")
     args = ap.parse_args()
     root = workdir(args.keep)
@@ -132,12 +137,18 @@ def main() -> None:
              "--config", f"count={n}"]
     pmc_cmd = shlex.join([*snake[:3], "--executor", "pmc", "--pmc-workers", str(cpus),
                           *snake[3:]])
-    results = [side("pmc", root / "pmc", batch_job(cpus, f"#!/bin/sh\n{pmc_cmd}\n"), n),
-               side("slurm", root / "slurm", command(
-                   [*snake[:3], "--executor", "slurm", "--slurm-status-command", "squeue",
-                    "--jobs", str(cpus), *snake[5:]]), n)]
+    sides = [("pmc", root / "pmc", batch_job(cpus, f"#!/bin/sh\n{pmc_cmd}\n"), n),
+             ("slurm", root / "slurm", command(
+                 [*snake[:3], "--executor", "slurm", "--slurm-status-command", "squeue",
+                  "--jobs", str(cpus), *snake[5:]]), n)]
+    if args.together:
+        with ThreadPoolExecutor(len(sides)) as pool:
+            results = list(pool.map(lambda s: side(*s), sides))
+    else:
+        results = [side(*s) for s in sides]
     print(f"machine: {machine()}")
-    print(f"Slurm: one node; {cpus} slots a side; {n} jobs of 'echo i > out/i.txt'")
+    print(f"Slurm: one node; {cpus} slots a side; {n} jobs of 'echo i > out/i.txt'; "
+          f"sides {'at the same time' if args.together else 'one after the other'}")
     print(f"{'side':<8}{'exit':>6}{'outputs':>10}{'makespan s':>12}{'Slurm jobs':>12}")
     for r in results:
         print(f"{r['side']:<8}{r['exit']:>6}{r['outputs']!s:>10}{r['makespan']:>12.1f}"

@@ -49,8 +49,9 @@ class OpenRun:
             [*launcher, sys.executable, "-m", "pmc", "run", "--open", *workers, *extra,
              dag.name], cwd=self.cwd, env=clean_env(), stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True)
-        wait_until(lambda: Path(f"{dag}.sock").exists() or self.proc.poll() is not None,
-                   "the run's socket")
+        # The token is written once the socket listens: the run is ready.
+        wait_until(lambda: Path(f"{dag}.token").exists() or self.proc.poll() is not None,
+                   "the run's token")
         assert self.proc.poll() is None, self.proc.communicate()
 
     def add(self, more: str, text: str | None = None) -> subprocess.CompletedProcess[str]:

@@ -74,9 +74,9 @@ class Channel:
         self.ops = ops
         self.path = socket_path(dag)
         self.token_file = token_path(dag)
-        self._token = _write_token(self.token_file).encode()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path)  # left by a run killed before its end (the DAG is locked)
+        for stale in (self.token_file, self.path):  # of a run killed before its end
+            with contextlib.suppress(FileNotFoundError):  # (the DAG is locked)
+                os.unlink(stale)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         where, fd = address(self.path)
         mask = os.umask(0o177)
@@ -88,6 +88,8 @@ class Channel:
                 os.close(fd)
         os.chmod(self.path, 0o600)
         self.sock.listen(MAX_CONNECTIONS)
+        # The token last: once it exists, a client that reads it can connect.
+        self._token = _write_token(self.token_file).encode()
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._queue: deque[Request] = deque()
         self._open: set[Request] = set()
