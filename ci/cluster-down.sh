@@ -32,6 +32,11 @@ for node in $(ls "$PMCC_FREEZER" 2>/dev/null); do
     [ -d "$PMCC_FREEZER/$node" ] && rmdir "$PMCC_FREEZER/$node"
 done
 [ -d "$PMCC_FREEZER" ] && rmdir "$PMCC_FREEZER"
+for f in "$PMCC_RUN"/*.memcg; do
+    [ -f "$f" ] || continue
+    [ -d "$(cat "$f")" ] && rmdir "$(cat "$f")" && rmdir "$(dirname "$(cat "$f")")" 2>/dev/null
+    rm -f "$f"
+done
 # Whatever still runs in the cluster's network namespaces (a daemon whose pid file was
 # lost, a process started by hand with ci/cluster-run.sh).
 for ns in $(ip netns list | awk '$1 ~ /^pmcc-/ {print $1}'); do

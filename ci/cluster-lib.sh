@@ -6,10 +6,13 @@
 # and mount namespaces (hostname HOST, /etc/hosts naming the cluster's hosts). The
 # namespaces are joined by a bridge in the head's network namespace; addresses come
 # from 10.77.0.0/24 and exist only inside these namespaces. Every process of a node
-# lives in the node's freezer cgroup, which is how a node is frozen or killed whole.
+# lives in the node's freezer cgroup, which is how a node is frozen or killed whole, and
+# in its own memory cgroup, whose limit is the node's memory (pmcc_node_memory_mb; set
+# up by ci/cluster-up.sh). The nodes share this machine's cpus: see docs/test-cluster.md
+# for why none has fewer.
 
 PMCC_NODES="${PMC_CLUSTER_NODES:-3}"       # node1..nodeN
-PMCC_CPUS="${PMC_CLUSTER_CPUS:-6}"         # declared CPUs per node (more than the cores)
+PMCC_CPUS="${PMC_CLUSTER_CPUS:-6}"         # Slurm's CPUs (slots) per node, not its cpus
 PMCC_NET=10.77.0                            # /24, only inside the namespaces
 PMCC_HEAD=pmc-head                          # slurmctld and the login host
 PMCC_CONF_DIR=/etc/pmc-cluster
@@ -33,6 +36,22 @@ pmcc_addr() {
     esac
 }
 
+# A node's memory in MiB (its memory cgroup's limit, and Slurm's RealMemory): each
+# node a different figure, that a report mixing hosts up shows.
+pmcc_node_memory_mb() {
+    case "$1" in
+        node1) echo 4096 ;;
+        node2) echo 2048 ;;
+        *) echo 3072 ;;
+    esac
+}
+
+# The memory cgroup directory a host's holder is in (a node's own, once
+# ci/cluster-up.sh has placed it).
+pmcc_holder_memcg() {
+    awk -F: '$2 == "memory" {print "/sys/fs/cgroup/memory" $3}' "/proc/$1/cgroup"
+}
+
 # The pid of the process holding a host's UTS and mount namespaces (none if it is gone).
 pmcc_holder() {
     local pid
@@ -45,9 +64,12 @@ pmcc_exec() {
     local host="$1" pid
     shift
     pid="$(pmcc_holder "$host")" || { pmcc_log "host $host is not up"; return 1; }
+    local cg=""
+    case "$host" in node*) cg="$(pmcc_holder_memcg "$pid")" ;; esac
+    # A node's processes join its freezer cgroup and its holder's memory one.
     nsenter -t "$pid" -n -u -m -- /bin/sh -c \
-        'if [ -d "$0" ]; then echo $$ > "$0/cgroup.procs"; fi; exec "$@"' \
-        "$PMCC_FREEZER/$host" "$@"
+        'for d in $0; do [ -d "$d" ] && echo $$ > "$d/cgroup.procs"; done; exec "$@"' \
+        "$PMCC_FREEZER/$host $cg" "$@"
 }
 
 # Start a host's namespace holder: a network namespace, then a process in new UTS and

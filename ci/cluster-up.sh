@@ -13,30 +13,11 @@ set -euo pipefail
 cd "$(dirname "$0")"
 . ./cluster-lib.sh
 
-if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null \
-    || ! command -v munged >/dev/null || ! command -v nsenter >/dev/null; then
-    pmcc_log "installing slurm-wlm and munge"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null \
-        || { apt-get update -qq && apt-get install -y -qq --no-install-recommends \
-                slurm-wlm munge >/dev/null; }
-fi
-
-# munge, shared by every host (its socket is on the shared file system).
-install -d -m 0700 -o munge -g munge /etc/munge /var/lib/munge
-install -d -m 0755 -o munge -g munge /run/munge /var/log/munge
-if [ ! -s /etc/munge/munge.key ]; then
-    pmcc_log "creating the munge key"
-    dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none
-fi
-chown munge:munge /etc/munge/munge.key
-chmod 0400 /etc/munge/munge.key
-if ! munge -n </dev/null >/dev/null 2>&1; then
-    pmcc_log "starting munged"
-    runuser -u munge -- /usr/sbin/munged
-    for _ in $(seq 50); do munge -n </dev/null >/dev/null 2>&1 && break; sleep 0.1; done
-    munge -n </dev/null >/dev/null
-fi
+command -v nsenter >/dev/null && command -v unshare >/dev/null \
+    || { pmcc_log "needs nsenter and unshare (util-linux)"; exit 1; }
+. ./slurm-lib.sh
+slurm_install
+munge_up  # shared by every host (its socket is on the shared file system)
 
 install -d -m 0755 "$PMCC_CONF_DIR" "$PMCC_RUN" "$PMCC_SPOOL/ctld" "$PMCC_LOG"
 for node in $(pmcc_nodes); do install -d -m 0755 "$PMCC_SPOOL/$node"; done
@@ -51,7 +32,6 @@ hosts="$(mktemp)"
 install -m 0644 "$hosts" "$PMCC_CONF_DIR/hosts"
 rm -f "$hosts"
 
-last=$((10 + PMCC_NODES))
 conf="$(mktemp)"
 cat >"$conf" <<CONF
 # The multi-node test cluster written by ci/cluster-up.sh.
@@ -85,7 +65,11 @@ SlurmdTimeout=10
 MinJobAge=600
 KillWait=5
 SlurmdParameters=config_overrides
-NodeName=node[1-${PMCC_NODES}] NodeAddr=${PMCC_NET}.[11-${last}] CPUs=${PMCC_CPUS} State=UNKNOWN
+# Each node's memory is its memory cgroup's limit. Its CPUs are slots, more than the
+# cpus it shares with the other nodes: the tests' jobs put up to 6 ranks on one node.
+$(for node in $(pmcc_nodes); do
+    echo "NodeName=$node NodeAddr=$(pmcc_addr "$node") CPUs=${PMCC_CPUS} RealMemory=$(pmcc_node_memory_mb "$node") State=UNKNOWN"
+done)
 PartitionName=cluster Nodes=node[1-${PMCC_NODES}] Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 CONF
 if ! cmp -s "$conf" "$PMCC_CONF"; then
@@ -124,6 +108,23 @@ for node in $(pmcc_nodes); do
 done
 
 for host in "$PMCC_HEAD" $(pmcc_nodes); do pmcc_start_holder "$host"; done
+
+# Each node's own memory: a memory cgroup with a limit, made under the one its holder
+# started in (so whatever limits that one holds still hold); every process of the node
+# (its freezer cgroup's) is moved into it.
+for node in $(pmcc_nodes); do
+    mem="$(pmcc_holder_memcg "$(pmcc_holder "$node")")"
+    case "$mem" in
+        */pmc-cluster/"$node") ;;
+        *) mem="${mem%/}/pmc-cluster/$node" ;;
+    esac
+    install -d -m 0755 "$mem"
+    echo "$(($(pmcc_node_memory_mb "$node") * 1024 * 1024))" >"$mem/memory.limit_in_bytes"
+    echo "$mem" >"$PMCC_RUN/$node.memcg"
+    for pid in $(cat "$PMCC_FREEZER/$node/cgroup.procs"); do
+        echo "$pid" >"$mem/cgroup.procs" 2>/dev/null || true  # (a process just gone)
+    done
+done
 
 stop_daemon() {  # a daemon started with an earlier configuration
     local pidfile="$1"

@@ -13,33 +13,9 @@ HOST="$(hostname -s)"
 
 log() { printf 'slurm-up: %s\n' "$*" >&2; }
 
-if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null \
-    || ! command -v munged >/dev/null || ! command -v sbatch >/dev/null; then
-    log "installing slurm-wlm and munge"
-    export DEBIAN_FRONTEND=noninteractive
-    if ! apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null; then
-        # The package lists may be missing or stale on a fresh machine.
-        apt-get update -qq
-        apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null
-    fi
-fi
-
-# munge: a key, its directories, and the daemon.
-install -d -m 0700 -o munge -g munge /etc/munge /var/lib/munge
-install -d -m 0755 -o munge -g munge /run/munge /var/log/munge
-if [ ! -s /etc/munge/munge.key ]; then
-    log "creating the munge key"
-    dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none
-fi
-chown munge:munge /etc/munge/munge.key
-chmod 0400 /etc/munge/munge.key
-if ! munge -n </dev/null >/dev/null 2>&1; then
-    log "starting munged"
-    # munged refuses to start as root; run it as its own user.
-    runuser -u munge -- /usr/sbin/munged
-    for _ in $(seq 50); do munge -n </dev/null >/dev/null 2>&1 && break; sleep 0.1; done
-    munge -n </dev/null >/dev/null
-fi
+. "$(dirname "$0")/slurm-lib.sh"
+slurm_install
+munge_up
 
 install -d -m 0755 "$CONF_DIR" /var/spool/slurmctld /var/spool/slurmd /var/log/slurm /run/slurm
 conf="$(mktemp)"

@@ -86,3 +86,16 @@ def task_hosts(out: str) -> dict[str, list[str]]:
             fields = dict(part.split("=", 1) for part in line[14:-1].split(", "))
             hosts.setdefault(fields["name"], []).append(fields["hostname"].strip('"'))
     return hosts
+
+
+def node_resources() -> dict[str, tuple[int, int]]:
+    """Node -> (cpus, memory MiB) that ci/cluster-up.sh gave it: the cpus its processes
+    may run on (those of the process holding its namespaces) and its memory cgroup's
+    limit."""
+    found = {}
+    for name in NODES:
+        holder = int(Path(f"/run/pmc-cluster/{name}.holder").read_text())
+        memcg = Path(f"/run/pmc-cluster/{name}.memcg").read_text().strip()
+        limit = int(Path(memcg, "memory.limit_in_bytes").read_text())
+        found[name] = (len(os.sched_getaffinity(holder)), limit // (1024 * 1024))
+    return found

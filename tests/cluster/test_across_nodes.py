@@ -2,7 +2,10 @@
 batch script ``pmc submit`` writes: pmc's ranks started by ``srun --mpi=pmi2`` or by
 Hydra's ``mpiexec`` (its Slurm bootstrap), ranks on every node, workers on other hosts
 than the master's talking MPI over the cluster's network. Each record names the host
-that ran the task, and so does ``pmc status``; the host script runs once on each host."""
+that ran the task, and so does ``pmc status``; the host script runs once on each host.
+Each node's workers find the node's cpus and its own memory (its memory cgroup's limit,
+different on each node), which the resource log, ``pmc status`` and Slurm's view of the
+node show alike."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from clusterkit import NODES, REPO, pmc, submit, task_hosts, wait_ended
+from clusterkit import NODES, REPO, node_resources, on_head, pmc, submit, task_hosts, wait_ended
 from pmctest import rescue_done
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("test_cluster")]
@@ -50,13 +53,27 @@ def test_tasks_run_on_every_node(tmp_path: Path, launcher: str) -> None:
     events = [json.loads(ln) for ln in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert {e["task"]: e["host"] for e in events if e["event"] == "task.finished"} == ran
     assert sorted((tmp_path / "hostscript.txt").read_text().split()) == NODES
-    # pmc status names each node, with the tasks it ran.
+    # Each node's cpus and memory as its workers found them (a host's first line in
+    # DAG.resource, all of it free): its own memory, not the machine's three times.
+    own = node_resources()
+    assert len(set(own.values())) == len(NODES), own
+    first: dict[str, tuple[int, int]] = {}
+    for line in (tmp_path / "spread.dag.resource").read_text().splitlines():
+        _, _, cpus, memory, host = line.split(",")
+        first.setdefault(host, (int(cpus), int(memory)))
+    assert first == own, (first, own)
+    # pmc status names each node with its cpus, its memory and the tasks it ran.
     proc = pmc(tmp_path, "status", dag)
     assert proc.returncode == 0, proc.stderr
     ran_on = list(ran.values())
-    for name in NODES:
-        assert re.search(rf"^host {name}: \d+ cpus, \d+ MB memory, ran {ran_on.count(name)} "
-                         r"tasks \(", proc.stdout, re.M), proc.stdout
+    for name, (cpus, memory) in own.items():
+        assert re.search(rf"^host {name}: {cpus} cpus, {memory} MB memory, "
+                         rf"ran {ran_on.count(name)} tasks \(", proc.stdout, re.M), proc.stdout
+    # Slurm's view of each node has the same memory (its CPUs are slots: test-cluster.md).
+    sinfo = on_head(tmp_path, "sinfo", "-h", "-N", "-o", "%N %m")
+    assert sinfo.returncode == 0, sinfo.stderr
+    assert {n: int(m) for n, m in (ln.split() for ln in sinfo.stdout.splitlines())} \
+        == {n: m for n, (_c, m) in own.items()}, sinfo.stdout
 
 
 def test_cluster_scale_benchmark_runs(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ Each prints the times users see: the loss noticed, the last record to the job's 
 
 from __future__ import annotations
 
+import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -84,8 +85,10 @@ def check_after_loss(cwd: Path, job: str, done_before: list[str], how: str,
     assert end - last_record < TIMEOUT + 60
 
 
+@pytest.mark.parametrize("how", ["kill", "freeze"])
 @pytest.mark.parametrize("launcher", ["srun", "mpiexec"])
-def test_node_killed_mid_run(tmp_path: Path, launcher: str) -> None:
+def test_node_lost_mid_run(tmp_path: Path, launcher: str, how: str) -> None:
+    """VICTIM killed or frozen (ci/cluster-node.sh) once it has run a task."""
     dag = work_dag(tmp_path)
     job = submit(tmp_path, dag, "--set", f"launcher={launcher}",
                  "--set", f"pmc.worker_timeout={TIMEOUT}")
@@ -93,25 +96,11 @@ def test_node_killed_mid_run(tmp_path: Path, launcher: str) -> None:
         wait_running_on(tmp_path, VICTIM)
         done_before = rescue_done(tmp_path / "work.dag.rescue", missing_ok=True)
         t0 = time.time()
-        node("kill", VICTIM)
-        check_after_loss(tmp_path, job, done_before, "kill", launcher, t0)
+        node(how, VICTIM)
+        check_after_loss(tmp_path, job, done_before, how, launcher, t0)
     finally:
-        node("revive", VICTIM)
-
-
-@pytest.mark.parametrize("launcher", ["srun", "mpiexec"])
-def test_node_frozen_mid_run(tmp_path: Path, launcher: str) -> None:
-    dag = work_dag(tmp_path)
-    job = submit(tmp_path, dag, "--set", f"launcher={launcher}",
-                 "--set", f"pmc.worker_timeout={TIMEOUT}")
-    try:
-        wait_running_on(tmp_path, VICTIM)
-        done_before = rescue_done(tmp_path / "work.dag.rescue", missing_ok=True)
-        t0 = time.time()
-        node("freeze", VICTIM)
-        check_after_loss(tmp_path, job, done_before, "freeze", launcher, t0)
-    finally:
-        node("thaw", VICTIM)
+        if how == "freeze":
+            node("thaw", VICTIM)
         node("revive", VICTIM)
 
 
@@ -135,8 +124,6 @@ def test_node_killed_under_part_of_a_multirank_task(tmp_path: Path, launcher: st
     --ranks-per-host 2``): that try ends, the task runs again on the hosts left, every
     task is DONE once and the job ends COMPLETED."""
     (tmp_path / "wide.py").write_text(WIDE)
-    import sys
-
     others = [f"s{i:02d}" for i in range(6)]
     (tmp_path / "work.dag").write_text(
         f"TASK wide --ranks 4 --ranks-per-host 2 {sys.executable} wide.py 15\n"
