@@ -143,7 +143,8 @@ SCHEMA_OF: dict[Callable[[str], Any], dict[str, Any]] = {
     minutes: {"type": "number", "minimum": 0},
     port: {"type": "integer", "minimum": 0, "maximum": 65535},
     port_or_range: {"oneOf": [{"type": "integer", "minimum": 0, "maximum": 65535},
-                              {"type": "string", "pattern": "^[0-9]+-[0-9]+$"}]},
+                              # a port as text too: --set metrics.port=9466
+                              {"type": "string", "pattern": "^[0-9]+(-[0-9]+)?$"}]},
     launcher_template: {"type": "string"},
     str: {"type": "string"},
 }

@@ -302,3 +302,11 @@ def test_a_profile_gives_a_range_of_metrics_ports() -> None:
     for bad in ("9470-9466", "0-10", "x"):
         with pytest.raises(SiteError, match=r"s\.yaml: metrics\.port: bad value"):
             parse_site({"site": "x", "scheduler": "slurm", "metrics": {"port": bad}}, "s.yaml")
+    # One port from the command line (--set takes text for a key that may be text).
+    from pmc.adapters.site import parse_set
+
+    for port in ("9466", "0"):
+        site = parse_site({"site": "x", "scheduler": "slurm"}, "s.yaml",
+                          [parse_set(f"metrics.port={port}")])
+        argv = pmc_run_argv(site, "w.dag")
+        assert argv[argv.index("--metrics-port") + 1] == port
