@@ -50,7 +50,7 @@ import threading
 import time
 
 from pmc import batchsignals, log
-from pmc.core.protocol import Message, Shutdown, ping
+from pmc.core.protocol import Message, Shutdown, from_wire, ping, to_wire
 from pmc.transport import TransportError, look_interval
 from pmc.transport.local import LocalWorker
 from pmc.transport.mpisettings import mpi_settings
@@ -251,9 +251,9 @@ class MpiTransport:
             raise TransportError(f"rank {dest} was given up on")
         try:
             if self.rank != 0:
-                self.comm.send(msg, dest=dest, tag=0)
+                self.comm.send(to_wire(msg), dest=dest, tag=0)
                 return
-            req = self.comm.isend(msg, dest=dest, tag=0)
+            req = self.comm.isend(to_wire(msg), dest=dest, tag=0)
             if not req.Test():  # an eager send is done at once
                 self._pending.setdefault(dest, []).append(req)
         except MPI.Exception as e:
@@ -299,7 +299,7 @@ class MpiTransport:
             if rank in self._probes or rank == 0:
                 continue
             try:
-                self._probes[rank] = self.comm.issend(ping(), dest=rank, tag=0)
+                self._probes[rank] = self.comm.issend(to_wire(ping()), dest=rank, tag=0)
             except MPI.Exception:
                 self._probes[rank] = None
 
@@ -333,7 +333,7 @@ class MpiTransport:
         protocol's go to ``out``, the transport's own are acted on."""
         source = int(self._status.Get_source())
         if self._status.Get_tag() != _CONTROL:
-            out.append((source, msg))
+            out.append((source, from_wire(msg)))
         elif self.rank == 0:
             self._decided(source)  # a worker that stays with MPI
         else:

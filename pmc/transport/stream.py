@@ -10,7 +10,7 @@ import pickle
 import socket
 import struct
 
-from pmc.core.protocol import Message
+from pmc.core.protocol import Message, from_wire, to_wire
 
 _HEADER = struct.Struct("!I")
 # Reads go into one preallocated buffer: recv(n) allocates n bytes each call, and for
@@ -19,7 +19,7 @@ RECV = 1 << 20
 
 
 def frame(msg: Message) -> bytes:
-    data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+    data = pickle.dumps(to_wire(msg), protocol=pickle.HIGHEST_PROTOCOL)
     return _HEADER.pack(len(data)) + data
 
 
@@ -31,7 +31,7 @@ def unframe(buf: bytearray, out: list[Message]) -> None:
         (n,) = _HEADER.unpack_from(buf, pos)
         if size - pos - 4 < n:
             break
-        out.append(pickle.loads(buf[pos + 4 : pos + 4 + n]))  # noqa: S301 - our own peer
+        out.append(from_wire(pickle.loads(buf[pos + 4 : pos + 4 + n])))  # noqa: S301 - our own peer
         pos += 4 + n
     if pos:
         del buf[:pos]
