@@ -4,6 +4,11 @@ worker's rules step by step: prefetched successors, recalls, losses), and ``run_
 which runs a DAG against them.
 
 Shared by the tests and ``benchmarks/scale.py`` (which puts this directory on its path).
+Two, not one, because they answer different questions: ``InstantWorkers`` costs the
+master's loop next to nothing (``scale.py`` measures the master's cpu per task through
+it, and a simulation's bookkeeping would be counted in that figure), ``SimWorkers``
+plays the worker's rules out over time, which is what the prefetching and loss tests
+check. Both speak the protocol's records and say hello with ``hello`` below.
 """
 
 from __future__ import annotations
