@@ -32,10 +32,20 @@ hosts="$(mktemp)"
 install -m 0644 "$hosts" "$PMCC_CONF_DIR/hosts"
 rm -f "$hosts"
 
+# Job ids of their own: MPICH names a job's shared memory segment after its job step
+# (mpich_shm_HASH_N in /dev/shm), and a segment left by a killed job made a later job
+# with the same id (after cluster-down.sh, or of the one-node Slurm) fail in MPI_Init
+# ("MPIDI_POSIX_comm_bootstrap: Out of memory"). Each cluster starts its ids from the
+# time it was made, far above the one-node Slurm's, past any an earlier cluster used
+# (fewer than one job every 4 s).
+[ -s "$PMCC_CONF_DIR/first-job-id" ] \
+    || echo "$(( ($(date +%s) / 4) % 50000000 + 1000000 ))" >"$PMCC_CONF_DIR/first-job-id"
+
 conf="$(mktemp)"
 cat >"$conf" <<CONF
 # The multi-node test cluster written by ci/cluster-up.sh.
 ClusterName=pmc-cluster
+FirstJobId=$(cat "$PMCC_CONF_DIR/first-job-id")
 SlurmctldHost=${PMCC_HEAD}($(pmcc_addr "$PMCC_HEAD"))
 SlurmctldPort=6917
 SlurmdPort=6918
