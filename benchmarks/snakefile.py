@@ -1,7 +1,8 @@
 """A Snakefile of many short jobs through pmc against snakemake-executor-plugin-slurm,
 on the real (one-node) Slurm, in one run: makespan and jobs submitted to Slurm.
 
-    python benchmarks/snakefile.py [--jobs 500] [--cpus 5] [--together] [--keep DIR]
+    python benchmarks/snakefile.py [--jobs 500] [--cpus 5] [--together] [--limit S]
+        [--pmc-options '--pmc-warm'] [--keep DIR]
 
 pmc: one batch job (``sbatch -c CPUS``, running ``snakemake --executor pmc``) in which
 every Snakemake job is a task of one pmc open run with CPUS embedded workers. Slurm:
@@ -12,6 +13,9 @@ plugins' defaults but the status command (``squeue``: this cluster keeps no acco
 for ``sacct``).
 The sides run one after the other, or with ``--together`` at the same time (then each
 shares the machine with the other: their CPUS together must fit the node's cpus).
+A side still running after ``--limit`` seconds is stopped (its batch job cancelled, or
+its Snakemake interrupted, which cancels its jobs): its outputs are then those made by
+then, and its makespan is reported as more than the limit.
 Makespan: from starting the side (sbatch, or snakemake) until every output exists and
 Snakemake has ended. Jobs submitted: the Slurm job ids seen with a submit time in the
 side and their work directory in the side's (``squeue --states=all``, polled each
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import signal
 import subprocess
 import threading
 import time
@@ -74,8 +79,10 @@ class JobWatch(threading.Thread):
         return len(self.ids)
 
 
-def side(name: str, cwd: Path, run: Callable[[Path], tuple[int, str, str]],
-         count: int) -> dict[str, object]:
+Run = Callable[[Path, float], tuple[int, str, str]]  # (work dir, deadline): exit, out, err
+
+
+def side(name: str, cwd: Path, run: Run, count: int, limit: float) -> dict[str, object]:
     cwd.mkdir(parents=True)
     (cwd / "Snakefile").write_text(SNAKEFILE)
     watch = JobWatch(cwd)
@@ -83,38 +90,49 @@ def side(name: str, cwd: Path, run: Callable[[Path], tuple[int, str, str]],
     watch.since = time.strftime("%Y-%m-%dT%H:%M:%S")
     watch.start()
     t0 = time.monotonic()
-    code, out, err = run(cwd)
+    code, out, err = run(cwd, t0 + limit)
     wall = time.monotonic() - t0
     jobs = watch.stop()
     made = len(list((cwd / "out").glob("*.txt")))
     (cwd / f"{name}.stdout").write_text(out)
     (cwd / f"{name}.stderr").write_text(err)
     return {"side": name, "exit": code, "outputs": made, "expected": count,
-            "makespan": wall, "jobs": jobs}
+            "makespan": wall, "jobs": jobs, "stopped": wall >= limit}
 
 
-def command(argv: list[str]) -> Callable[[Path], tuple[int, str, str]]:
-    def run(cwd: Path) -> tuple[int, str, str]:
-        p = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False)
-        return p.returncode, p.stdout, p.stderr
+def command(argv: list[str]) -> Run:
+    def run(cwd: Path, deadline: float) -> tuple[int, str, str]:
+        with open(cwd / "side.out", "w+") as out, open(cwd / "side.err", "w+") as err:
+            p = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=err)
+            while p.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.5)
+            if p.poll() is None:  # Snakemake cancels its jobs when interrupted
+                p.send_signal(signal.SIGINT)
+                p.wait()
+            out.seek(0)
+            err.seek(0)
+            return p.returncode, out.read(), err.read()
     return run
 
 
-def batch_job(cpus: int, script: str) -> Callable[[Path], tuple[int, str, str]]:
-    def run(cwd: Path) -> tuple[int, str, str]:
+def batch_job(cpus: int, script: str) -> Run:
+    def run(cwd: Path, deadline: float) -> tuple[int, str, str]:
         (cwd / "job.sh").write_text(script)
         job = subprocess.run(["sbatch", "--parsable", "-N1", "-n1", "-c", str(cpus), "-o",
                               "job.out", "-J", "pmc-snakemake", "job.sh"], cwd=cwd,
                              capture_output=True, text=True, check=True).stdout.strip()
-        state = wait_batch(job.split(";")[0])
+        state = wait_batch(job.split(";")[0], deadline)
         log = (cwd / "job.out").read_text() if (cwd / "job.out").exists() else ""
         return (0 if state == "COMPLETED" else 1), f"job {job}: {state}\n", log
     return run
 
 
-def wait_batch(job: str) -> str:
-    """The state the batch job ended in."""
+def wait_batch(job: str, deadline: float) -> str:
+    """The state the batch job ended in (cancelled at the deadline)."""
     while True:
+        if time.monotonic() >= deadline:
+            subprocess.run(["scancel", job], check=False)
+            deadline = float("inf")
         out = subprocess.run(["squeue", "--states=all", "-h", "-j", job, "-o", "%T"],
                              capture_output=True, text=True, check=False).stdout.strip()
         if out and out not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"):
@@ -129,6 +147,10 @@ def main() -> None:
                     "of both sides (default 5 of the one-node Slurm's 8 declared cpus)")
     ap.add_argument("--together", action="store_true",
                     help="run both sides at the same time (default: one after the other)")
+    ap.add_argument("--limit", type=float, default=float("inf"),
+                    help="stop a side still running after this many seconds")
+    ap.add_argument("--pmc-options", default="",
+                    help="more snakemake options for the pmc side, e.g. '--pmc-warm'")
     ap.add_argument("--keep", help="work in this directory and keep it")
     args = ap.parse_args()
     root = workdir(args.keep)
@@ -136,11 +158,11 @@ def main() -> None:
     snake = [PYTHON, "-m", "snakemake", "--jobs", str(n), "--latency-wait", "60",
              "--config", f"count={n}"]
     pmc_cmd = shlex.join([*snake[:3], "--executor", "pmc", "--pmc-workers", str(cpus),
-                          *snake[3:]])
-    sides = [("pmc", root / "pmc", batch_job(cpus, f"#!/bin/sh\n{pmc_cmd}\n"), n),
+                          *shlex.split(args.pmc_options), *snake[3:]])
+    sides = [("pmc", root / "pmc", batch_job(cpus, f"#!/bin/sh\n{pmc_cmd}\n"), n, args.limit),
              ("slurm", root / "slurm", command(
                  [*snake[:3], "--executor", "slurm", "--slurm-status-command", "squeue",
-                  "--jobs", str(cpus), *snake[5:]]), n)]
+                  "--jobs", str(cpus), *snake[5:]]), n, args.limit)]
     if args.together:
         with ThreadPoolExecutor(len(sides)) as pool:
             results = list(pool.map(lambda s: side(*s), sides))
@@ -149,10 +171,11 @@ def main() -> None:
     print(f"machine: {machine()}")
     print(f"Slurm: one node; {cpus} slots a side; {n} jobs of 'echo i > out/i.txt'; "
           f"sides {'at the same time' if args.together else 'one after the other'}")
+    print(f"pmc side: snakemake {args.pmc_options or '(plugin defaults)'}")
     print(f"{'side':<8}{'exit':>6}{'outputs':>10}{'makespan s':>12}{'Slurm jobs':>12}")
     for r in results:
-        print(f"{r['side']:<8}{r['exit']:>6}{r['outputs']!s:>10}{r['makespan']:>12.1f}"
-              f"{r['jobs']:>12}")
+        wall = f"{'>' if r['stopped'] else ''}{r['makespan']:.1f}"
+        print(f"{r['side']:<8}{r['exit']:>6}{r['outputs']!s:>10}{wall:>12}{r['jobs']:>12}")
     print(f"(work in {root})")
 
 

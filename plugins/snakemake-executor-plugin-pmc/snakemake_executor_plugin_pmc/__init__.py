@@ -35,7 +35,8 @@ from snakemake_interface_executor_plugins.settings import (
 from pmc.client import ChannelError, Client, SubmitError
 
 STATUS_CHECK = 0.5  # seconds between looks at the run: a look is one local request
-START_TIMEOUT = 120.0  # seconds for a run started here to open its channel
+START_TIMEOUT = 120.0  # seconds for a run (or warm process) started here to be ready
+WARM = str(Path(__file__).with_name("warm.py"))  # run as a script: see its docstring
 
 
 @dataclass
@@ -52,6 +53,13 @@ class ExecutorSettings(ExecutorSettingsBase):
         default=None,
         metadata={"help": "start the run under this launcher, e.g. 'srun --mpi=pmi2' in a "
                   "Slurm allocation (default: embedded on this host)",
+                  "env_var": False, "required": False})
+    warm: bool = field(
+        default=False,
+        metadata={"help": "warm starts (an extension of this plugin): each job's Snakemake "
+                  "forked from one process on this host that imported Snakemake once, not "
+                  "a new interpreter per job (most of a short job's cpu); pmc's records "
+                  "then count a job's cpu and memory as its client's, not its Snakemake's",
                   "env_var": False, "required": False})
     args: Optional[str] = field(
         default=None,
@@ -86,14 +94,19 @@ class Executor(RemoteExecutor):
         self.logdir = Path(".snakemake", "pmc_logs").resolve()
         self.proc: Optional[subprocess.Popen[bytes]] = None
         self.owned = settings.dag is None
-        if settings.dag is not None:
-            self.dag = str(Path(settings.dag).resolve())
-        else:
-            self.dag = self._start_run()
+        self.warm: Optional[subprocess.Popen[bytes]] = None
+        self.warm_socket = ""
         try:
+            if settings.warm:
+                self._start_warm()
+            if settings.dag is not None:
+                self.dag = str(Path(settings.dag).resolve())
+            else:
+                self.dag = self._start_run()
             self.client = Client.connect(self.dag)
-        except ChannelError as e:
-            raise WorkflowError(f"pmc: {e}") from e
+        except (ChannelError, WorkflowError) as e:
+            self._stop_started()  # nothing started here outlives the error
+            raise WorkflowError(f"pmc: {e}" if isinstance(e, ChannelError) else e) from e
         self.next_seconds_between_status_checks = min(
             STATUS_CHECK, self.workflow.remote_execution_settings.seconds_between_status_checks)
 
@@ -130,8 +143,33 @@ class Executor(RemoteExecutor):
             time.sleep(0.1)
         return str(dag)
 
+    def _start_warm(self) -> None:
+        """The warm process of this host (see ``warm``), ready to fork jobs."""
+        rundir = Path(".snakemake", "pmc", self.nonce).resolve()
+        rundir.mkdir(parents=True, exist_ok=True)
+        self.warm_socket = str(rundir / "warm.sock")
+        argv = [sys.executable, WARM, "--serve", self.warm_socket]
+        with open(rundir / "warm.err", "wb") as err:
+            self.warm = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, stderr=err,
+                                         start_new_session=True)
+        end = time.monotonic() + START_TIMEOUT
+        while not Path(self.warm_socket).exists():
+            code = self.warm.poll()
+            if code is not None or time.monotonic() > end:
+                raise WorkflowError(f"pmc: the warm process did not start (exit {code}): "
+                                    f"{_tail(rundir / 'warm.err')}")
+            time.sleep(0.1)
+        self.logger.info(f"pmc: warm starts through {self.warm_socket}")
+
+    def get_python_executable(self) -> str:
+        if not self.warm_socket:
+            return sys.executable
+        return shlex.join([sys.executable, WARM, self.warm_socket])
+
     def shutdown(self) -> None:
         super().shutdown()
+        self._stop_warm()
         if not self.owned:
             self.client.close()
             return
@@ -198,6 +236,27 @@ class Executor(RemoteExecutor):
                                       f"({why}). ", aux_logs=[log] if log else [])
             else:
                 yield info
+
+
+    def _stop_started(self) -> None:
+        self._stop_warm()
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+    def _stop_warm(self) -> None:
+        if self.warm is not None and self.warm.poll() is None:
+            self.warm.terminate()
+            try:
+                self.warm.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.warm.kill()
+                self.warm.wait()
 
 
 def _tail(path: Path, lines: int = 5) -> str:

@@ -1,7 +1,8 @@
 """A Snakefile of many short jobs inside one job of the real (one-node) Slurm started
 by pmc's ci/slurm-up.sh: Snakemake runs in the batch job, its jobs are tasks of one pmc
-open run there, and Slurm sees that one job only. Slow (each Snakemake job is a
-Snakemake process: seconds of cpu); the count is $PMC_SNAKEMAKE_JOBS (default 500)."""
+open run there, and Slurm sees that one job only; with warm starts (each job's
+Snakemake forked from one that imported Snakemake). The count is $PMC_SNAKEMAKE_JOBS
+(default 500)."""
 
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ def test_a_snakefile_of_many_short_jobs_runs_inside_one_slurm_job(tmp_path: Path
     count = int(os.environ.get("PMC_SNAKEMAKE_JOBS", "500"))
     (tmp_path / "Snakefile").write_text(SNAKEFILE)
     snake = shlex.join([sys.executable, "-m", "snakemake", "--executor", "pmc", "--jobs",
-                        str(count), "--pmc-workers", "2", "--latency-wait", "60",
+                        str(count), "--pmc-workers", "2", "--pmc-warm", "--latency-wait", "60",
                         "--config", f"count={count}"])
     (tmp_path / "job.sh").write_text(f"#!/bin/sh\n{snake}\n")
     since = time.strftime("%Y-%m-%dT%H:%M:%S")
