@@ -230,7 +230,9 @@ def test_run_option_flags_are_spelled_only_in_the_table() -> None:
     # Other commands' own options of the same name.
     elsewhere = {"pmc/commands/cli.py": {"--rescue"},  # pmc status -r
                  "adapters/cli.py": {"--site"},  # pmc script --site SITE.yaml
-                 "adapters/base.py": {"--rescue"}}  # the script's pmc status -r
+                 "adapters/base.py": {"--rescue"},  # the script's pmc status -r
+                 # Looked for before the table is imported (held to it below).
+                 "pmc/commands/mpirank.py": {"--local"}}
     literal = re.compile(r"""["'](--[a-z][a-z-]*)["']""")
     for path in [*(REPO / "pmc").rglob("*.py"), *(REPO / "adapters").rglob("*.py")]:
         if path == REPO / "pmc" / "options.py" or "dag" in path.relative_to(REPO).parts:
@@ -238,6 +240,13 @@ def test_run_option_flags_are_spelled_only_in_the_table() -> None:
         rel = str(path.relative_to(REPO))
         found = set(literal.findall(path.read_text())) & flags - elsewhere.get(rel, set())
         assert not found, f"{rel} spells {sorted(found)}"
+
+
+def test_the_embedded_mode_flag_looked_for_before_parsing_is_the_tables() -> None:
+    from pmc.commands import mpirank
+
+    local = [o for o in OPTIONS if o.dest == "mode" and o.const == "local"]
+    assert [o.flags for o in local] == [(mpirank.LOCAL,)]
 
 
 def test_worker_config_holds_the_options_marked_for_workers() -> None:

@@ -1,7 +1,9 @@
 """What a run imports: every MPI rank runs the command line, so ``pmc run`` and
 ``pegasus-mpi-cluster`` leave out what the command in hand does not use (the batch
 wing's site profiles and schema validation, structlog in text mode, the master's side on
-a worker rank, the DAG reader on a worker), while ``pmc --help`` and JSON logs work as before."""
+a worker rank, the DAG reader on a worker; under MPI a worker rank reads no command line
+at all), while ``pmc --help`` and JSON logs work as before, and a command line that ends
+the master before its run (a bad option, ``--version``) ends every rank, said once."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from pmctest import DIAMOND, clean_env, mpiexec, pmc, write_dag
+from pmctest import DIAMOND, clean_env, mpiexec, pmc, pmc_mpi, rescue_done, write_dag
 
 # Runs the command line as ``python -m pmc`` does, then says which of these it imported.
 PROBE = """
@@ -105,3 +107,61 @@ def test_help_still_lists_the_batch_commands(tmp_path: Path) -> None:
         assert f"    {command}" in r.stdout
     r = pmc(["script", "--help"], tmp_path)
     assert r.returncode == 0, r.stderr
+
+
+# What reading the command line takes: on the master only, under MPI.
+READER = ("pmc.options", "pmc.commands.siteprofile", "pmc.commands.run")
+READER_PROBE = PROBE.replace(
+    'WATCH = ("pmc.adapters", "jsonschema", "structlog", "pmc.runtime.master", "pmc.dag.reader")',
+    f"WATCH = {READER!r}")
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("entry", [["pegasus"], ["pmc", "run"]])
+def test_worker_ranks_read_no_command_line(tmp_path: Path, entry: list[str]) -> None:
+    dag = write_dag(tmp_path / "d.dag", DIAMOND)
+    r = probe([*entry, "-s", dag.name], tmp_path, mpi=3, program=READER_PROBE)
+    assert r.returncode == 0, r.stderr
+    said = sorted(line for line in r.stdout.splitlines() if line.startswith("rank "))
+    assert said == [f"rank 0 imported {','.join(sorted(READER))}",
+                    "rank 1 imported none", "rank 2 imported none"]
+    assert r.stderr.count("[info] Workflow succeeded") == 1
+    assert sorted(rescue_done(tmp_path / "d.dag.rescue")) == ["A", "B", "C", "D"]
+
+
+@pytest.mark.mpi
+def test_a_bad_command_line_under_mpi_ends_every_rank_said_once(tmp_path: Path) -> None:
+    dag = write_dag(tmp_path / "d.dag", DIAMOND)
+    r = pmc_mpi(3, ["run", "--no-such-option", dag.name], tmp_path, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("error: unrecognized arguments: --no-such-option") == 1, r.stderr
+    assert not (tmp_path / "d.dag.rescue").exists()
+    r = pmc_mpi(3, ["run", "--tries", "0", dag.name], tmp_path, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("--tries") == 1, r.stderr
+
+
+@pytest.mark.mpi
+def test_version_under_mpi_said_once(tmp_path: Path) -> None:
+    r = subprocess.run([mpiexec(), "-n", "3", sys.executable, "-c", PROBE, "pegasus",
+                        "--version"], cwd=tmp_path, env=clean_env(), capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("pegasus-mpi-cluster (pmc)") == 1, r.stdout
+
+
+@pytest.mark.mpi
+def test_local_asked_for_under_mpi_is_read_by_every_rank(tmp_path: Path) -> None:
+    """``--local`` under a launcher: each rank an embedded run of its own, as before
+    (here each with its own DAG, named by its rank)."""
+    for rank in range(2):
+        write_dag(tmp_path / f"d{rank}.dag", "TASK a /bin/true\n")
+    program = PROBE.replace("entry(sys.argv[2:])",
+                            "entry([*sys.argv[2:], f\"d{os.environ['PMI_RANK']}.dag\"])")
+    r = subprocess.run([mpiexec(), "-n", "2", sys.executable, "-c", program, "pmc", "run",
+                        "--local", "--workers", "1"], cwd=tmp_path, env=clean_env(),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("[info] Workflow succeeded") == 2, r.stderr
+    for rank in range(2):
+        assert rescue_done(tmp_path / f"d{rank}.dag.rescue") == ["a"]

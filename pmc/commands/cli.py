@@ -6,22 +6,29 @@ same meaning; ``pmc run`` takes the same options plus this project's own.
 
 from __future__ import annotations
 
-import argparse
-import importlib
-import resource
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from pmc import __version__, options
-from pmc.commands.siteprofile import apply_site_profile
+from pmc import __version__
+from pmc.commands import mpirank
 from pmc.errors import ExitCode
-from pmc.options import RunOptions
-from pmc.optiontypes import positive_int, seconds
+
+if TYPE_CHECKING:
+    import argparse
+
+    from pmc.options import RunOptions
+
+# Under MPI only the master reads the command line (pmc.commands.mpirank): what a worker
+# rank imports before it knows its part is this module alone, hence the option table,
+# the site profile and the converters are imported where they are used.
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
     """The DAG and the run options of ``pmc.options.OPTIONS``: the reference's (same
     letters, same meaning) and this project's own."""
+    from pmc import options
+
     options.add_arguments(p)
 
 
@@ -29,6 +36,11 @@ def options_from_args(p: argparse.ArgumentParser, args: argparse.Namespace,
                       dropin: bool = False) -> RunOptions:
     """``dropin``: the pegasus-mpi-cluster command, whose console output is the
     reference's (no progress unless asked for with --progress-interval)."""
+    import resource
+
+    from pmc import options
+    from pmc.commands.siteprofile import apply_site_profile
+
     options.apply_environment(p, args)
     apply_site_profile(p, args, dropin)
     if args.open_run and args.schedule not in (None, "priority"):
@@ -88,6 +100,10 @@ def build_parser(batch_commands: bool = True) -> argparse.ArgumentParser:
     subcommands (``script``, ``submit``, ``jobs``), whose modules (site profiles, schema
     validation) take ~0.1 s of cpu to import: ``main`` does so when the command line
     names one of the subcommands above, which parse the same either way."""
+    import argparse
+
+    from pmc.optiontypes import positive_int, seconds
+
     p = argparse.ArgumentParser(prog="pmc",
                                 description="Run DAGs of many short tasks inside one MPI job.")
     p.add_argument("-V", "--version", action="version", version=f"pmc {__version__}")
@@ -142,6 +158,8 @@ def build_parser(batch_commands: bool = True) -> argparse.ArgumentParser:
         return p
     # pmc.adapters lives in adapters/ (mapped by pyproject), which type checkers do not
     # follow as part of pmc: import it by name.
+    import importlib
+
     adapters_cli = importlib.import_module("pmc.adapters.cli")
     adapters_cli.add_commands(sub)
     return p
@@ -160,8 +178,15 @@ def _command(argv: Sequence[str]) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
-    # Every MPI rank parses the command line: import the batch wing only if asked for.
-    p = build_parser(batch_commands=_command(words) not in _OWN_COMMANDS)
+    command = _command(words)
+    if command == "run":
+        return mpirank.entry(words, lambda: _main(argv, command))
+    return _main(argv, command)
+
+
+def _main(argv: Sequence[str] | None, command: str | None) -> int:
+    # The batch wing is imported only if asked for.
+    p = build_parser(batch_commands=command not in _OWN_COMMANDS)
     args = p.parse_args(argv)
     try:
         code: int = args.func(args)
@@ -172,6 +197,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def pegasus_parser() -> argparse.ArgumentParser:
     """The reference's command line: the run options, no subcommands."""
+    import argparse
+
     p = argparse.ArgumentParser(prog="pegasus-mpi-cluster",
                                 description="Run a PMC DAG (pegasus-mpi-cluster compatible).")
     p.add_argument("-V", "--version", action="version",
@@ -182,6 +209,10 @@ def pegasus_parser() -> argparse.ArgumentParser:
 
 def pegasus_main(argv: Sequence[str] | None = None) -> int:
     """``pegasus-mpi-cluster [options] workflow.dag``: the reference's command line."""
+    return mpirank.entry(sys.argv[1:] if argv is None else argv, lambda: _pegasus(argv))
+
+
+def _pegasus(argv: Sequence[str] | None) -> int:
     p = pegasus_parser()
     args = p.parse_args(argv)
     try:

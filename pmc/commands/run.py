@@ -18,29 +18,15 @@ from __future__ import annotations
 import gc
 import os
 import signal
-from collections.abc import Mapping
 
 from pmc import batchsignals, log
+from pmc.commands.mpirank import launched_by_mpi, leave
 from pmc.errors import ExitCode, FatalError
 from pmc.logsetup import LogOutput, log_output
 from pmc.options import RunOptions
-from pmc.process import flush_stdio
 from pmc.runtime import rankshim
 from pmc.runtime.workers import Workers, serve_forked
 from pmc.transport.local import LocalMaster, forks
-
-_MPI_ENV = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "ALPS_APP_PE",
-            "MPI_LOCALRANKID")
-
-
-def launched_by_mpi(env: Mapping[str, str]) -> bool:
-    """True when an MPI launcher (mpiexec, srun, aprun, poe) started this process."""
-    if any(k in env for k in _MPI_ENV):
-        return True
-    step = env.get("SLURM_STEP_ID")
-    # The batch script itself runs in a step named "batch" (or 4294967294): not a launch.
-    return step is not None and "SLURM_PROCID" in env and step not in (
-        "batch", "extern", "4294967294", "4294967295")
 
 
 def run(opts: RunOptions, output: LogOutput | None = None) -> int:
@@ -78,7 +64,7 @@ def _run_mpi(opts: RunOptions, output: LogOutput | None) -> int:
         # modules).
         from pmc.runtime import worker
 
-        return _leave_mpi(worker.run(transport), mpi.peer_lost())
+        return leave(worker.run(transport))
     if transport.size < 2:
         log.fatal("At least one worker process is required")
         return ExitCode.FAILED
@@ -95,16 +81,7 @@ def _run_mpi(opts: RunOptions, output: LogOutput | None) -> int:
         from pmc.transport import jobend
 
         jobend.end_job(transport.comm, code, transport.given_up())
-    return _leave_mpi(code, mpi.peer_lost())
-
-
-def _leave_mpi(code: int, peer_lost: bool) -> int:
-    """After a rank was lost (``peer_lost``) MPI_Finalize (mpi4py calls it at exit) waits
-    for it for ever: leave at once instead, with everything written."""
-    if peer_lost:
-        flush_stdio()
-        os._exit(code)
-    return code
+    return leave(code)
 
 
 def _run_local(opts: RunOptions, output: LogOutput | None) -> int:

@@ -90,10 +90,18 @@ def _nvidia_proc(root: str) -> list[Gpu] | None:
     return [Gpu(str(i), _pci_numa(root, n)) for i, n in enumerate(names)]
 
 
-def _nvidia_smi(env: Mapping[str, str]) -> list[Gpu] | None:
-    import shutil
+def _on_path(name: str, path: str) -> str | None:
+    """``shutil.which`` for a plain name, without shutil's imports (bz2, lzma: every
+    worker rank looks for nvidia-smi at start)."""
+    for folder in path.split(os.pathsep):
+        exe = join(folder or os.curdir, name)
+        if os.access(exe, os.X_OK) and not os.path.isdir(exe):
+            return exe
+    return None
 
-    exe = shutil.which("nvidia-smi", path=env.get("PATH", os.defpath))
+
+def _nvidia_smi(env: Mapping[str, str]) -> list[Gpu] | None:
+    exe = _on_path("nvidia-smi", env.get("PATH", os.defpath))
     if exe is None:
         return None
     import subprocess  # only where there is an nvidia-smi to run

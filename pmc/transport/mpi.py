@@ -16,7 +16,9 @@ as embedded workers do, and the master and they wait on it without polling: no l
 no look-ups, and with every worker on one host no MPI call after start-up. The master's
 first message to every worker, through MPI with its own tag (``_CONTROL``), offers an
 abstract socket (a random name, and a random token that only travels over MPI), or
-nothing under ``--no-host-sockets`` / ``--no-sleep-on-recv``. A worker whose host name
+nothing under ``--no-host-sockets`` / ``--no-sleep-on-recv``, and how to wait (a worker
+rank reads no command line, ``pmc.commands.mpirank``); or that the worker ends at once
+(``dismiss``: the master's command line was wrong). A worker whose host name
 is the master's connects and introduces itself with its rank and the token; any other
 answers "no" through MPI. What the master sends a worker before its answer waits, and
 goes the way the answer says: each worker's messages take one way only and cannot
@@ -48,6 +50,7 @@ import socket
 import struct
 import threading
 import time
+from typing import Any
 
 from pmc import batchsignals, log
 from pmc.core.protocol import Message, Shutdown, from_wire, ping, to_wire
@@ -75,6 +78,7 @@ _SETTLE = 30.0  # seconds close() waits for answers that messages still wait on
 class MpiTransport:
     def __init__(self, sleep_on_recv: bool = True, spin: bool = True,
                  host_sockets: bool = True) -> None:
+        """The settings are the master's (a worker takes them from its first message)."""
         self.comm = MPI.COMM_WORLD
         self.comm.Set_errhandler(MPI.ERRORS_RETURN)
         if signal.SIGUSR1 in signal.pthread_sigmask(signal.SIG_BLOCK, []):
@@ -115,7 +119,7 @@ class MpiTransport:
         if self.rank == 0:
             offer = self._listen() if host_sockets and sleep_on_recv else None
             for rank in range(1, self.size):
-                self.comm.send(offer, dest=rank, tag=_CONTROL)
+                self.comm.send(("offer", offer, sleep_on_recv, spin), dest=rank, tag=_CONTROL)
 
     # -- host sockets ----------------------------------------------------------------
 
@@ -136,8 +140,13 @@ class MpiTransport:
         self.sel.register(listener, selectors.EVENT_READ, None)
         return (socket.gethostname(), name, self._token)
 
-    def _answer(self, offer: tuple[str, str, bytes] | None) -> None:
-        """A worker: connect if the master is on this host, else say no."""
+    def _answer(self, msg: tuple[Any, ...]) -> None:
+        """A worker: take the master's settings; connect if the master is on this host,
+        else say no. A dismissal ends this process with the master's exit code."""
+        if msg[0] == "exit":
+            raise SystemExit(msg[1])
+        _, offer, self.sleep_on_recv, spin = msg
+        self.spin = _SPIN if spin else 0.0
         self._offered = True
         if offer is None:
             return
@@ -458,6 +467,17 @@ def peer_lost() -> bool:
     """Has a rank died (or exited: Hydra says so too) or been given up on? Then
     MPI_Finalize may wait for it for ever: the caller leaves without it."""
     return bool(_LOST_PEER)
+
+
+def dismiss(code: int) -> None:
+    """Rank 0, ending before its run began: tell every worker to end with ``code``."""
+    comm = MPI.COMM_WORLD
+    comm.Set_errhandler(MPI.ERRORS_RETURN)
+    for rank in range(1, comm.Get_size()):
+        try:
+            comm.send(("exit", code), dest=rank, tag=_CONTROL)
+        except MPI.Exception:
+            pass  # that rank is gone: nothing waits there
 
 
 def _peer_died(signum: int, frame: object) -> None:
