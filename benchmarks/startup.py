@@ -45,6 +45,16 @@ def _env(tree: Path) -> dict[str, str]:
 OMPI_MPIEXEC = "/usr/bin/mpiexec.openmpi"
 
 
+def _check_tree(tree: Path) -> None:
+    """Refuse a tree that this interpreter would not import: an editable install's
+    finder comes before PYTHONPATH, and every tree would then be the installed one."""
+    got = subprocess.run([PYTHON, "-c", "import pmc; print(pmc.__file__)"], env=_env(tree),
+                         capture_output=True, text=True, check=True).stdout.strip()
+    if not Path(got).resolve().is_relative_to(tree):
+        raise SystemExit(f"with PYTHONPATH={tree} this interpreter imports {got}: measure "
+                         "trees with an interpreter where pmc is not installed editable")
+
+
 def one(tree: Path, mode: str, dag: Path, workers: int, reference: str | None = None
         ) -> tuple[float, float]:
     """(cpu, wall) seconds of one run of ``dag``."""
@@ -96,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("the mode 'reference' needs --reference BINARY")
     sizes = [int(w) for w in a.workers.split(",") if w]
     for _name, tree in trees:  # compiled first, as an install is
+        if len(trees) > 1:
+            _check_tree(tree)
         subprocess.run([PYTHON, "-m", "compileall", "-q", str(tree / "pmc")], check=True)
     work = workdir(a.keep)
     dag = work / "one.dag"
