@@ -203,7 +203,7 @@ OPTIONS: tuple[Option, ...] = (
            "an open run: run the DAG's tasks and keep waiting for more, added with 'pmc "
            "add DAG MORE' or pmc.client, until 'pmc close DAG'; added tasks are kept in "
            "DAG.added and read again by a later run of the DAG",
-           kind="flag", extension=True),
+           kind="flag", extension=True, profile="pmc.open"),
     Option(("--log-format",), "log_format",
            "log lines as text (default) or one JSON object per line",
            choices=("text", "json"), default="text", extension=True,

@@ -139,6 +139,8 @@ def full_profile() -> tuple[dict[str, Any], dict[str, Any]]:
         value, _ = sample(o)
         if o.dest == "set_affinity":
             value = False  # not with --host-cpus
+        if o.dest == "schedule":
+            value = "priority"  # the only one of an open run (--open)
         data.setdefault(section, {})[key] = value
         values[o.dest] = value
     return data, values
@@ -175,6 +177,18 @@ def test_a_profile_value_pmc_run_would_refuse_is_a_profile_error() -> None:
             parse_site({"site": "x", "scheduler": "slurm", "pmc": {key: value}}, "s.yaml")
         assert str(e.value).startswith(f"s.yaml: pmc.{key}: bad value "), str(e.value)
         assert words in str(e.value)
+
+
+def test_an_open_run_with_another_schedule_is_a_profile_error() -> None:
+    from pmc.adapters.site import SiteError
+
+    with pytest.raises(SiteError) as e:
+        parse_site({"site": "x", "scheduler": "slurm",
+                    "pmc": {"open": True, "schedule": "critical-path"}}, "s.yaml")
+    assert str(e.value) == ("s.yaml: pmc.open: an open run orders its tasks by priority: "
+                            "not with pmc.schedule 'critical-path'"), str(e.value)
+    site = parse_site({"site": "x", "scheduler": "slurm", "pmc": {"open": True}}, "s.yaml")
+    assert "--open" in pmc_run_argv(site, "w.dag")
 
 
 def test_the_script_passes_the_site_name_quoted() -> None:
