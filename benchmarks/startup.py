@@ -49,7 +49,7 @@ def _check_tree(tree: Path) -> None:
     """Refuse a tree that this interpreter would not import: an editable install's
     finder comes before PYTHONPATH, and every tree would then be the installed one."""
     got = subprocess.run([PYTHON, "-c", "import pmc; print(pmc.__file__)"], env=_env(tree),
-                         capture_output=True, text=True, check=True).stdout.strip()
+                         cwd="/", capture_output=True, text=True, check=True).stdout.strip()
     if not Path(got).resolve().is_relative_to(tree):
         raise SystemExit(f"with PYTHONPATH={tree} this interpreter imports {got}: measure "
                          "trees with an interpreter where pmc is not installed editable")
