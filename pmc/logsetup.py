@@ -9,7 +9,7 @@ time order, before anything else is written. Nothing here registers or opens any
 import: the log file is opened at its first write (or by ``open_log_file``), and the
 exit hook that renders lines still held back is registered by the first output to hold
 any (``flush_at_exit``). structlog is imported when a line first goes through it (JSON
-mode, the event log): text mode writes through ``pmc.log`` alone, and every MPI rank
+mode, the event log): text mode writes through ``pmc.log`` alone, and the master rank
 imports this module, where structlog's import cost ~0.05 s of cpu.
 """
 

@@ -255,8 +255,8 @@ def default(attr: str) -> Any:
     return field_default(BY_ATTR[attr])
 
 
-# NamedTuples, not dataclasses: every MPI rank imports this module as it starts, and
-# ``dataclasses`` (with ``inspect``) would add ~9 ms of cpu to each. The fields are
+# NamedTuples, not dataclasses: the master rank imports this module as it starts, and
+# ``dataclasses`` (with ``inspect``) would add ~9 ms of cpu to it. The fields are
 # written out for the type checker; the default of each option's field is its row's
 # (``default``), the others' (the DAG, what -v/-q and --progress-interval make) here.
 class RunOptions(NamedTuple):

@@ -7,7 +7,7 @@ scripts pmc writes pass, with the profile's options on their command line).
 reference's whatever the user's environment holds.
 
 The profile is read and checked whole by the batch wing's reader (``pmc.adapters.site``,
-imported only when there is a profile: every MPI rank runs this), so a bad one is a
+imported only when there is a profile: the master rank runs this), so a bad one is a
 usage error naming the file and the YAML path of the value, before anything runs. Its
 ``pmc:``, ``logging:`` and ``metrics:`` sections fill the options neither given nor set
 through their environment alias (``pmc.options.apply_profile``); its ``site:`` names the
