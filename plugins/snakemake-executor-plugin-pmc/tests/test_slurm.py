@@ -41,10 +41,13 @@ def slurm_up() -> None:
         pytest.skip("the local Slurm cluster is not up: start it with ci/slurm-up.sh")
 
 
-def jobs_since(since: str) -> set[str]:
-    out = subprocess.run(["squeue", "--states=all", "-h", "-o", "%i %V"],
+def jobs_since(since: str, where: Path) -> set[str]:
+    """The Slurm jobs submitted from ``since`` on with their work directory in ``where``
+    (not those of others sharing the cluster)."""
+    out = subprocess.run(["squeue", "--states=all", "-h", "-o", "%i|%V|%Z"],
                          capture_output=True, text=True, check=True).stdout
-    return {line.split()[0] for line in out.splitlines() if line.split()[1] >= since}
+    return {job for job, submitted, cwd in (line.split("|", 2) for line in out.splitlines())
+            if submitted >= since and cwd.startswith(str(where))}
 
 
 def test_a_snakefile_of_many_short_jobs_runs_inside_one_slurm_job(tmp_path: Path) -> None:
@@ -71,7 +74,7 @@ def test_a_snakefile_of_many_short_jobs_runs_inside_one_slurm_job(tmp_path: Path
     log = (tmp_path / "job.out").read_text()
     assert state == "COMPLETED", log[-3000:]
     assert len(list((tmp_path / "out").glob("*.txt"))) == count
-    assert jobs_since(since) == {job}  # the workflow's jobs were never Slurm's
+    assert jobs_since(since, tmp_path) == {job}  # the workflow's jobs were never Slurm's
     (records,) = (tmp_path / ".snakemake" / "pmc").glob("*/pmc.out")
     assert f'stat="ok", tasks={count}, submitted={count}, succeeded={count}' in \
         records.read_text().splitlines()[0]
