@@ -9,7 +9,8 @@
 # pmc batch script for site test-cluster (slurm, launcher srun).
 # Every value from the profile is quoted; only the setup lines are raw shell.
 # walltime 00:05:00; pmc run stops by --max-wall-time 4 min, 00:01:00 before the limit.
-export UCX_TLS=tcp,self
+export MPIR_CVAR_CH4_NETMOD=ofi
+export FI_PROVIDER=tcp
 # Who this run is, for pmc run's logs and metrics.
 PMC_JOB_ID="${SLURM_JOB_ID:-}"
 PMC_CHAIN_INDEX="${PMC_CHAIN_INDEX:-1}"
