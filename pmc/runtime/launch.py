@@ -185,8 +185,9 @@ class Launcher:
         except OSError as e:
             close_stdio(r)
             return self.fail_now(r, f"cannot open per-task output file: {e}")
-        moves = self.open_pipes(r, env)
-        write_ends = [high for high, _target in moves]
+        # A task without -f pipes (most) skips their step and its lists.
+        moves = self.open_pipes(r, env) if spec.pipe_forwards else []
+        write_ends = [high for high, _target in moves] if moves else []
         read_ends = list(r.pipes.open) if r.pipes is not None else []
         acc = self.accounting
         # A multi-rank task's ranks on this host share its cgroup: -m is per rank.
@@ -356,7 +357,11 @@ class Launcher:
         if self.debug:
             _log_exit(spec.name, status, duration)
         self.forget(r)
-        forwards, error = self.take_forwards(r, status)
+        forwards: list[tuple[str, bytes]]
+        if r.pipes is None and not spec.outputs and not spec.file_forwards:
+            forwards, error = [], None  # nothing to forward nor check (most tasks)
+        else:
+            forwards, error = self.take_forwards(r, status)
         if error is not None and status == 0:
             status = FAILED_STATUS
         record = cluster_task_record(

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 # Reset to their defaults in every task: the worker ignores SIGTTOU (see Worker) and
 # catches SIGTERM and SIGINT; Python ignores SIGPIPE.
 _TASK_SIGDEF = (signal.SIGPIPE, signal.SIGTERM, signal.SIGINT, signal.SIGTTOU)
+_STDIN = (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)
 
 
 def spawn(spec: TaskSpec, path: str | None, argv: list[str], env: dict[str, str],
@@ -38,14 +39,12 @@ def spawn(spec: TaskSpec, path: str | None, argv: list[str], env: dict[str, str]
             process_group=0, preexec_fn=_limits(spec, bind, rlimit, moves),
         )
         return popen.pid, popen
+    actions = [_STDIN, (os.POSIX_SPAWN_DUP2, out_fd, 1), (os.POSIX_SPAWN_DUP2, err_fd, 2)]
+    if moves:  # -f pipes' write ends, into place
+        actions += [(os.POSIX_SPAWN_DUP2, high, target) for high, target in moves]
     pid = (os.posix_spawnp if path is None else os.posix_spawn)(
         argv[0] if path is None else path, argv, env,
-        file_actions=[
-            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-            (os.POSIX_SPAWN_DUP2, out_fd, 1),
-            (os.POSIX_SPAWN_DUP2, err_fd, 2),
-            *((os.POSIX_SPAWN_DUP2, high, target) for high, target in moves),
-        ],
+        file_actions=actions,
         setpgroup=0,
         setsigdef=_TASK_SIGDEF,
     )
