@@ -103,7 +103,11 @@ def side(name: str, cwd: Path, run: Run, count: int, limit: float) -> dict[str, 
 def command(argv: list[str]) -> Run:
     def run(cwd: Path, deadline: float) -> tuple[int, str, str]:
         with open(cwd / "side.out", "w+") as out, open(cwd / "side.err", "w+") as err:
-            p = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=err)
+            # SIGINT as default in Snakemake (a shell's background job has it ignored,
+            # and an interpreter that starts so never takes it).
+            p = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=err,
+                                 preexec_fn=lambda: signal.signal(signal.SIGINT,
+                                                                  signal.SIG_DFL))
             while p.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.5)
             if p.poll() is None:  # Snakemake cancels its jobs when interrupted
