@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("the mode 'reference' needs --reference BINARY")
     sizes = [int(w) for w in a.workers.split(",") if w]
     for _name, tree in trees:  # compiled first, as an install is
-        if len(trees) > 1:
+        if len({t for _, t in trees}) > 1:  # trees to tell apart: each must be imported
             _check_tree(tree)
         subprocess.run([PYTHON, "-m", "compileall", "-q", str(tree / "pmc")], check=True)
     work = workdir(a.keep)
