@@ -187,7 +187,7 @@ class Launcher:
             return self.fail_now(r, f"cannot open per-task output file: {e}")
         # A task without -f pipes (most) skips their step and its lists.
         moves = self.open_pipes(r, env) if spec.pipe_forwards else []
-        write_ends = [high for high, _target in moves] if moves else []
+        write_ends = [high for high, _target in moves]
         read_ends = list(r.pipes.open) if r.pipes is not None else []
         acc = self.accounting
         # A multi-rank task's ranks on this host share its cgroup: -m is per rank.
