@@ -224,6 +224,21 @@ def mpiexec() -> str:
     return found
 
 
+OMPI_MPIEXEC = "/usr/bin/mpiexec.openmpi"
+
+
+def reference_launch(ranks: int, binary: str) -> tuple[list[str], dict[str, str]]:
+    """The reference's launch line (Open MPI's ``mpiexec``, ``ranks`` ranks on this host's
+    cores) and the variables to add to its environment. ``PMIX_MCA_psec=native``: with munge
+    installed (slurm-wlm brings it) but its daemon not running, PMIx's munge plugin
+    retries munge's socket for ~2.3 s before every launch, a wait that no site with
+    munge running pays and that would be charged to the reference."""
+    env = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_btl_vader_single_copy_mechanism": "none", "PMIX_MCA_psec": "native"}
+    root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
+    return [OMPI_MPIEXEC, *root, "--oversubscribe", "-n", str(ranks), binary], env
+
+
 # MPI's start and stop of Python ranks with the settings pmc starts MPI with
 # (pmc.transport.mpisettings), and no pmc code besides: what any run of this many ranks
 # under mpiexec pays here before and after its own work.

@@ -51,11 +51,11 @@ from _common import (
     median,
     mpiexec,
     pmc_env,
+    reference_launch,
     write_big,
 )
 from scale import write_with_options
 
-OMPI_MPIEXEC = "/usr/bin/mpiexec.openmpi"
 # Runs as every task; "$0.stamp" is next to the script. set -C: only the first writes.
 # The run's token (tasks inherit the environment) before the time: a task of a run
 # before, killed as it started, may still write.
@@ -248,12 +248,9 @@ def main(argv: list[str] | None = None) -> int:
             runners[f"{name}-mpi"] = ([mpiexec(), "-n", str(args.workers + 1), *pmc,
                                        "--mpi"], env)
     if args.reference:
-        env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-                   OMPI_MCA_btl_vader_single_copy_mechanism="none")
-        root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
-        runners["reference"] = ([OMPI_MPIEXEC, *root, "--oversubscribe", "-n",
-                                 str(args.workers + 1), args.reference, "-s", "-o",
-                                 os.devnull, "-e", os.devnull], env)
+        launch, extra = reference_launch(args.workers + 1, args.reference)
+        runners["reference"] = ([*launch, "-s", "-o", os.devnull, "-e", os.devnull],
+                                dict(os.environ, **extra))
     print(f"machine: {machine()}")
     print(f"work dir: {work}; {args.size} tasks + {args.size} local edges; "
           f"{args.rounds} interleaved rounds")

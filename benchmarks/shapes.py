@@ -44,11 +44,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from _common import PYTHON, machine, median, mpiexec, pmc_env, workdir
+from _common import PYTHON, machine, median, mpiexec, pmc_env, reference_launch, workdir
 
 RECIPES = ("montage", "epigenomics", "seismology", "cycles", "soykb", "genome", "blast", "bwa")
 RUNNERS = ("embedded", "dropin", "reference", "critical")
-OMPI_MPIEXEC = "/usr/bin/mpiexec.openmpi"
 
 
 @dataclass
@@ -190,15 +189,17 @@ def command(runner: str, dag: Path, slots: int, reference: str | None) -> list[s
                 str(Path(PYTHON).parent / "pegasus-mpi-cluster"), "--host-cpus", str(slots),
                 *quiet, str(dag)]
     assert reference is not None
-    return [OMPI_MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-n", str(slots + 1),
-            reference, "--host-cpus", str(slots), *quiet, str(dag)]
+    return [*reference_launch(slots + 1, reference)[0], "--host-cpus", str(slots), *quiet,
+            str(dag)]
 
 
 def run_once(runner: str, dag: Path, slots: int, reference: str | None) -> float:
     for suffix in (".rescue", ".resource", ".status.json"):
         Path(f"{dag}{suffix}").unlink(missing_ok=True)
     env = pmc_env()
-    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    if runner == "reference":
+        assert reference is not None
+        env.update(reference_launch(slots + 1, reference)[1])
     cmd = command(runner, dag, slots, reference)
     t0 = time.monotonic()
     proc = subprocess.run(cmd, cwd=dag.parent, env=env, capture_output=True, text=True,

@@ -32,7 +32,16 @@ import sys
 import time
 from pathlib import Path
 
-from _common import PYTHON, children_cpu, machine, median, mpi_control, mpiexec, workdir
+from _common import (
+    PYTHON,
+    children_cpu,
+    machine,
+    median,
+    mpi_control,
+    mpiexec,
+    reference_launch,
+    workdir,
+)
 
 
 def _env(tree: Path) -> dict[str, str]:
@@ -42,7 +51,6 @@ def _env(tree: Path) -> dict[str, str]:
     return env
 
 
-OMPI_MPIEXEC = "/usr/bin/mpiexec.openmpi"
 
 
 def _check_tree(tree: Path) -> None:
@@ -63,11 +71,9 @@ def one(tree: Path, mode: str, dag: Path, workers: int, reference: str | None = 
     env = _env(tree)
     if mode == "reference":
         assert reference is not None
-        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-                   OMPI_MCA_btl_vader_single_copy_mechanism="none")
-        root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
-        cmd = [OMPI_MPIEXEC, *root, "--oversubscribe", "-n", str(workers + 1), reference,
-               "-s", "-o", os.devnull, "-e", os.devnull, str(dag)]
+        launch, extra = reference_launch(workers + 1, reference)
+        env.update(extra)
+        cmd = [*launch, "-s", "-o", os.devnull, "-e", os.devnull, str(dag)]
     elif mode == "dropin":
         cmd = [mpiexec(), "-n", str(workers + 1), str(Path(PYTHON).parent / "pegasus-mpi-cluster"),
                "-s", "-o", os.devnull, "-e", os.devnull, str(dag)]
