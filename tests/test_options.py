@@ -128,6 +128,34 @@ def test_every_profile_key_is_in_the_schema() -> None:
     assert "embedded mode only" in props["pmc"]["properties"]["workers"]["description"]
 
 
+def profile_table() -> dict[str, str]:
+    """docs/adapters.md's table of profile keys ("pmc run and the profile"): each key the
+    first cell names (``host.cpus`` under ``host``), and the row's text."""
+    text = (REPO / "docs" / "adapters.md").read_text()
+    section = text.split("## pmc run and the profile", 1)[1].split("\n## ", 1)[0]
+    rows: dict[str, str] = {}
+    for line in section.splitlines():
+        if not line.startswith("| `"):
+            continue
+        first, rest = line[1:].split("|", 1)
+        for key in re.findall(r"`([a-z_.]+)`", first):
+            rows[key.split(".")[0]] = rows.get(key.split(".")[0], "") + first + rest
+    return rows
+
+
+def test_every_profile_key_is_in_the_docs_table() -> None:
+    rows = profile_table()
+    for name, prop in schema()["properties"].items():
+        assert name in rows, f"docs/adapters.md: no row for the profile key {name}"
+        for sub in prop.get("properties", {}):
+            assert f"`{sub}`" in rows[name] or f"`{name}.{sub}`" in rows[name], \
+                f"docs/adapters.md: the row of {name} does not name {name}.{sub}"
+    for o in options.profile_options():
+        assert o.profile is not None
+        section, _, key = o.profile.partition(".")
+        assert f"`{key}`" in rows[section], o.profile
+
+
 def full_profile() -> tuple[dict[str, Any], dict[str, Any]]:
     """A profile setting every run option key; and the values by dest."""
     data: dict[str, Any] = {"site": "every key", "scheduler": "slurm", "walltime": 90,
