@@ -8,7 +8,8 @@ one's site-packages for pmc and its other dependencies (a ``.pth`` line): its ow
 mpi4py comes first. The compiled wheel and the venv are kept in ``$PMC_TEST_CACHE``
 (default ``~/.cache/pmc-tests``) under names made of what they depend on, so the
 compile (two to six minutes on a 2-core machine) is paid once per machine and Python
-version, and making a venv of it afterwards takes seconds.
+version, and making a venv of it afterwards takes seconds. Every test that calls
+``openmpi_python`` carries ``may_build``, a time limit that allows for the compile.
 """
 
 from __future__ import annotations
@@ -29,6 +30,13 @@ MPIEXEC = shutil.which("mpiexec.openmpi")
 MPICC = shutil.which("mpicc.openmpi")
 MPI4PY = "mpi4py>=4.0,<5"
 RECIPE = "4"  # changes when _build does: a venv built another way is not reused
+# The compile may take this long on a busy machine; past it, pip is stopped and the test
+# fails saying so.
+BUILD_SECONDS = 900
+# The time limit of a test that calls openmpi_python(): on a fresh machine the first one
+# to run pays the compile inside it, so pytest's per-test default (300 s, pyproject.toml)
+# would stop it half-built. Its own work gets the default on top of the compile.
+may_build = pytest.mark.timeout(BUILD_SECONDS + 300)
 
 
 def available() -> None:
@@ -75,8 +83,11 @@ def openmpi_python() -> Path:
 
 
 def _pip(python: Path, *args: str, env: dict[str, str] | None = None) -> None:
-    proc = subprocess.run([str(python), "-m", "pip", *args], env=env, capture_output=True,
-                          text=True, timeout=1200, check=False)
+    try:
+        proc = subprocess.run([str(python), "-m", "pip", *args], env=env, capture_output=True,
+                              text=True, timeout=BUILD_SECONDS, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"pip {args[0]} of mpi4py against Open MPI took over {BUILD_SECONDS} s")
     if proc.returncode != 0:
         pytest.fail(f"pip {args[0]} of mpi4py against Open MPI failed:\n{proc.stderr[-3000:]}")
 

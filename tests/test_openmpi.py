@@ -18,7 +18,7 @@ import openmpi
 import pytest
 from pmctest import DIAMOND, comm, rescue_done, write_dag
 
-pytestmark = [pytest.mark.mpi, pytest.mark.slow]
+pytestmark = [pytest.mark.mpi, pytest.mark.slow, openmpi.may_build]
 
 # A file per rank: the launcher's forwarding of the ranks' stdout may interleave lines.
 PROBE = """

@@ -19,6 +19,7 @@ TASKS = 30
 
 @pytest.mark.mpi
 @pytest.mark.slow
+@openmpi.may_build
 def test_the_pbs_script_of_an_open_mpi_site_runs_every_task(fakes: Fakes) -> None:
     python = str(openmpi.openmpi_python())
     env = openmpi.env()
