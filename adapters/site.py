@@ -242,8 +242,9 @@ def _convert(d: dict[str, Any], source: str, at: Where) -> Site:
             f"must be less than the walltime ({hms(walltime)})"
         )
     pmc = dict(d.get("pmc", {}))
-    if pmc.get("open") and pmc.get("schedule", "priority") != "priority":
-        raise SiteError(f"{at(['pmc', 'open'])}: an open run orders its tasks by priority: "
+    opened = "open_tcp" if pmc.get("open_tcp") is not None else "open"
+    if pmc.get(opened) and pmc.get("schedule", "priority") != "priority":
+        raise SiteError(f"{at(['pmc', opened])}: an open run orders its tasks by priority: "
                         f"not with pmc.schedule {show(pmc['schedule'])}")
     host = d.get("host", {})
     cont = d.get("container")

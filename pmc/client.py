@@ -12,9 +12,11 @@ Submit tasks to a running open run, wait for them and read how they ended::
         run.close_run()  # the run ends once what it has is done
 
 The client talks to the run's Unix socket beside the DAG (``DAG.sock``) with the token
-in ``DAG.token``; both are readable by the run's user alone. Each ``submit`` is one
-batch, added whole or refused (``SubmitError``); ``add`` takes TASK/EDGE lines as they
-are written in a DAG file.
+in ``DAG.token``; both are readable by the run's user alone. When that socket cannot be
+reached (the run is on another host) and the run listens on TCP too (``pmc run --open
+--open-tcp``), it connects to the first host in ``DAG.tcp`` that answers as the run.
+Each ``submit`` is one batch, added whole or refused (``SubmitError``); ``add`` takes
+TASK/EDGE lines as they are written in a DAG file.
 """
 
 from __future__ import annotations
@@ -29,11 +31,24 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
-from pmc.openchannel import ChannelError, address, encode, receive, socket_path, token_path
+from pmc.openchannel import (
+    GREETING,
+    ChannelError,
+    address,
+    encode,
+    proof,
+    read_tcp,
+    receive,
+    socket_path,
+    tcp_path,
+    token_path,
+)
 
 __all__ = ["ChannelError", "Client", "Handle", "SubmitError", "TaskState"]
 
 FINISHED = frozenset({"done", "failed", "reused"})
+CHANNELS = ("auto", "unix", "tcp")
+TCP_CONNECT = 15.0  # seconds at most for each host of DAG.tcp to answer
 
 
 class SubmitError(Exception):
@@ -129,29 +144,26 @@ class Client:
         self._names = (f"c{secrets.token_hex(4)}-{n}" for n in itertools.count(1))
 
     @classmethod
-    def connect(cls, dag: str, timeout: float = 60.0) -> Client:
+    def connect(cls, dag: str, timeout: float = 60.0, channel: str = "auto") -> Client:
         """Connect to the open run of ``dag`` (its path as the run was given it, or
-        any path to the same file's directory and name)."""
+        any path to the same file's directory and name). ``channel``: "auto" (the Unix
+        socket, else TCP when the run listens on it), "unix" or "tcp"."""
+        if channel not in CHANNELS:
+            raise ValueError(f"channel must be one of {', '.join(CHANNELS)}, not {channel!r}")
         try:
             with open(token_path(dag), encoding="ascii") as f:
                 token = f.read().strip()
         except OSError as e:
             raise ChannelError(f"no open run of {dag}: cannot read {token_path(dag)}: "
                                f"{e.strerror}") from None
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(timeout)
-        where, fd = address(socket_path(dag))
-        try:
-            sock.connect(where)
-        except OSError as e:
-            sock.close()
-            raise ChannelError(f"no open run of {dag}: cannot connect to "
-                               f"{socket_path(dag)}: {e.strerror}") from None
-        finally:
-            if fd >= 0:
-                os.close(fd)
-        sock.settimeout(None)
-        return cls(dag, sock, token)
+        if channel != "tcp":
+            try:
+                return cls(dag, _connect_unix(dag, timeout), token)
+            except ChannelError:
+                if channel == "unix" or not os.path.exists(tcp_path(dag)):
+                    raise
+        sock, challenge = _connect_tcp(dag, timeout)
+        return cls(dag, sock, proof(token, challenge))
 
     def request(self, op: str, **fields: Any) -> dict[str, Any]:
         """One request and the run's reply; raises SubmitError if it refused it."""
@@ -222,3 +234,52 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _connect_unix(dag: str, timeout: float) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    where, fd = address(socket_path(dag))
+    try:
+        sock.connect(where)
+    except OSError as e:
+        sock.close()
+        raise ChannelError(f"no open run of {dag}: cannot connect to "
+                           f"{socket_path(dag)}: {e.strerror}") from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    sock.settimeout(None)
+    return sock
+
+
+def _connect_tcp(dag: str, timeout: float) -> tuple[socket.socket, str]:
+    """A connection to the first host of ``DAG.tcp`` that greets as an open run, and
+    the challenge it greeted with."""
+    try:
+        hosts = read_tcp(dag)
+    except OSError as e:
+        raise ChannelError(f"no open run of {dag}: cannot read {tcp_path(dag)}: "
+                           f"{e.strerror}") from None
+    tried = []
+    for host, port in hosts:
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        try:
+            sock = socket.create_connection((host, port), timeout=min(timeout, TCP_CONNECT))
+        except OSError as e:
+            tried.append(f"{where}: {e.strerror or e}")
+            continue
+        try:
+            sock.settimeout(timeout)
+            hello = receive(sock)
+            if hello is None or hello.get("pmc") != GREETING or not isinstance(
+                    hello.get("challenge"), str):
+                raise ChannelError("did not answer as an open run")
+        except (OSError, ChannelError) as e:
+            sock.close()
+            tried.append(f"{where}: {getattr(e, 'strerror', None) or e}")
+            continue
+        sock.settimeout(None)
+        return sock, str(hello["challenge"])
+    raise ChannelError(f"no open run of {dag} reached over TCP "
+                       f"({tcp_path(dag)}): {'; '.join(tried) or 'no host in it'}")

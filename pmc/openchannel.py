@@ -1,14 +1,19 @@
-"""What an open run's channel is (a pmc extension): where its socket and token are, how
-a message is framed, and how long one may be. Shared by the run's side
-(``pmc.runtime.channel``) and the client's (``pmc.client``).
+"""What an open run's channel is (a pmc extension): where its socket, token and TCP
+address file are, how a message is framed, how long one may be, and how a TCP
+connection proves it knows the token. Shared by the run's side (``pmc.runtime.channel``)
+and the client's (``pmc.client``).
 
 A message is a 4-byte big-endian length and that many bytes of a UTF-8 JSON object.
 Every request carries the run's token, read by the client from a file only its owner
-can read; the token is never on a command line or in a log.
+can read; the token is never on a command line or in a log. Over TCP (``--open-tcp``)
+the token itself never crosses the network: the run greets each connection with a
+random challenge, and that connection's requests carry ``proof(token, challenge)``.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import socket
@@ -31,6 +36,41 @@ def socket_path(dag: str) -> str:
 def token_path(dag: str) -> str:
     """The file holding the open run's token, beside the DAG (mode 0600)."""
     return f"{dag}.token"
+
+
+def tcp_path(dag: str) -> str:
+    """The file saying where the open run listens on TCP, beside the DAG (mode 0600)."""
+    return f"{dag}.tcp"
+
+
+GREETING = "pmc-open-run"  # the "pmc" field of the first message of a TCP connection
+
+
+def proof(token: str, challenge: str) -> str:
+    """What a TCP connection greeted with ``challenge`` sends as its requests' token."""
+    return hmac.new(token.encode(), f"{GREETING}:{challenge}".encode(),
+                    hashlib.sha256).hexdigest()
+
+
+def tcp_text(port: int, hosts: list[str]) -> str:
+    """The TCP address file: JSON, the port and the hosts to try in order."""
+    return json.dumps({"port": port, "hosts": hosts}) + "\n"
+
+
+def read_tcp(dag: str) -> list[tuple[str, int]]:
+    """The (host, port) pairs of the open run's TCP channel, to try in order. Raises
+    OSError when there is no address file, ChannelError when it is not one."""
+    with open(tcp_path(dag), encoding="utf-8") as f:
+        text = f.read()
+    try:
+        data = json.loads(text)
+        port, hosts = data["port"], data["hosts"]
+    except (ValueError, TypeError, KeyError):
+        raise ChannelError(f"{tcp_path(dag)}: not an open run's TCP address file") from None
+    if not isinstance(port, int) or not isinstance(hosts, list) or not all(
+            isinstance(h, str) for h in hosts):
+        raise ChannelError(f"{tcp_path(dag)}: not an open run's TCP address file")
+    return [(h, port) for h in hosts]
 
 
 def address(path: str) -> tuple[str, int]:

@@ -21,9 +21,11 @@ from typing import Any, NamedTuple
 
 from pmc import log
 from pmc.optiontypes import (
+    Listen,
     Option,
     Ports,
     launcher_template,
+    listen_address,
     minutes,
     nonneg_int,
     nonneg_seconds,
@@ -204,6 +206,13 @@ OPTIONS: tuple[Option, ...] = (
            "add DAG MORE' or pmc.client, until 'pmc close DAG'; added tasks are kept in "
            "DAG.added and read again by a later run of the DAG",
            kind="flag", extension=True, profile="pmc.open"),
+    Option(("--open-tcp",), "open_tcp",
+           "an open run also listens on TCP, for clients on other hosts (Client.connect, "
+           "pmc add and pmc close find it through DAG.tcp, beside the DAG, when the Unix "
+           "socket cannot be reached): HOST an address, a host name, an interface (ib0) "
+           "or * (default: every interface), PORT a port or FIRST-LAST (default 0: any "
+           "free port); implies --open", metavar="[HOST][:PORT]", type=listen_address,
+           extension=True, profile="pmc.open_tcp"),
     Option(("--log-format",), "log_format",
            "log lines as text (default) or one JSON object per line",
            choices=("text", "json"), default="text", extension=True,
@@ -305,6 +314,7 @@ class RunOptions(NamedTuple):
     # skip tasks whose declared outputs are up to date (pmc.core.reuse)
     reuse: bool = default("reuse")
     open_run: bool = default("open_run")  # take tasks added while running (pmc.runtime.openrun)
+    open_tcp: Listen | None = default("open_tcp")  # an open run's TCP channel too
     # Observability
     log_format: str = default("log_format")  # "text" or "json"
     log_file: str | None = default("log_file")

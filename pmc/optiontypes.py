@@ -117,6 +117,49 @@ def port_or_range(text: str) -> int | Ports:
     return Ports(lo, hi)
 
 
+class Listen(NamedTuple):
+    """Where an open run listens on TCP (``--open-tcp``): ``host`` is "" for every
+    interface, else an address, a host name or an interface's name; ports ``first`` to
+    ``last`` are tried in order (0: any free port)."""
+
+    host: str
+    first: int
+    last: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host or "*"
+        ports = str(self.first) if self.first == self.last else f"{self.first}-{self.last}"
+        return f"{host}:{ports}"
+
+
+_HOST = re.compile(r"[A-Za-z0-9_.%:-]+")
+
+
+def listen_address(text: str) -> Listen:
+    """``[HOST][:PORT]``: HOST an address (an IPv6 one in brackets when a port follows),
+    a host name, an interface's name or ``*`` (every interface, the default); PORT a
+    port or FIRST-LAST (default 0: any free port). A number alone is a port."""
+    spec = text.strip()
+    if not spec:
+        raise argparse.ArgumentTypeError("expected [HOST][:PORT], got nothing")
+    host, port_text = spec, ""
+    if spec.startswith("["):
+        inside, bracket, rest = spec[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            raise argparse.ArgumentTypeError(f"not an address: {text!r} ([IPV6]:PORT)")
+        host, port_text = inside, rest[1:]
+    elif spec.count(":") == 1:
+        host, _, port_text = spec.partition(":")
+    elif re.fullmatch(r"[0-9]+(-[0-9]+)?", spec):
+        host, port_text = "", spec
+    host = "" if host == "*" else host
+    if host and not _HOST.fullmatch(host):
+        raise argparse.ArgumentTypeError(f"not a host, address or interface: {host!r}")
+    ports = port_or_range(port_text) if port_text else 0
+    first, last = (ports, ports) if isinstance(ports, int) else ports
+    return Listen(host, first, last)
+
+
 def path_or_none(text: str) -> str | None:
     return text or None  # PMC_HOST_SCRIPT set but empty: no host script
 
@@ -146,6 +189,8 @@ SCHEMA_OF: dict[Callable[[str], Any], dict[str, Any]] = {
                               # a port as text too: --set metrics.port=9466
                               {"type": "string", "pattern": "^[0-9]+(-[0-9]+)?$"}]},
     launcher_template: {"type": "string"},
+    listen_address: {"oneOf": [{"type": "string", "minLength": 1},
+                               {"type": "integer", "minimum": 0, "maximum": 65535}]},
     str: {"type": "string"},
 }
 

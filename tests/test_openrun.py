@@ -13,65 +13,17 @@ import shutil
 import signal
 import socket
 import struct
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from pmctest import MPIEXEC, clean_env, pmc, rescue_done, write_dag
+from openrunkit import LOG, WAIT_FOR, OpenRun, ran, wait_until
+from pmctest import MPIEXEC, pmc, rescue_done, write_dag
 
 from pmc.client import Client, SubmitError
-
-# A task that waits for a file: it ends when the test says so (no timing assumed).
-WAIT_FOR = "/bin/sh -c 'echo {name} >> ran.txt; while [ ! -e {gate} ]; do sleep 0.05; done'"
-LOG = "/bin/sh -c 'echo {name} >> ran.txt'"
-
-
-def wait_until(cond, what: str, timeout: float = 60.0) -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-class OpenRun:
-    """``pmc run --open`` of a DAG, as a real process."""
-
-    def __init__(self, dag: Path, *extra: str, launcher: Sequence[str] = ()) -> None:
-        self.dag = dag
-        self.cwd = dag.parent
-        workers = [] if launcher else ["--workers", "2"]
-        self.proc = subprocess.Popen(
-            [*launcher, sys.executable, "-m", "pmc", "run", "--open", *workers, *extra,
-             dag.name], cwd=self.cwd, env=clean_env(), stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True)
-        # The token is written once the socket listens: the run is ready.
-        wait_until(lambda: Path(f"{dag}.token").exists() or self.proc.poll() is not None,
-                   "the run's token")
-        assert self.proc.poll() is None, self.proc.communicate()
-
-    def add(self, more: str, text: str | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "pmc", "add", self.dag.name, more],
-                              cwd=self.cwd, env=clean_env(), input=text,
-                              capture_output=True, text=True, timeout=60)
-
-    def done(self) -> list[str]:
-        return rescue_done(Path(f"{self.dag}.rescue"), missing_ok=True)
-
-    def finish(self) -> tuple[int, str, str]:
-        r = pmc(["close", self.dag.name], self.cwd)
-        assert r.returncode == 0, r.stderr
-        out, err = self.proc.communicate(timeout=120)
-        return self.proc.returncode, out, err
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.communicate()
 
 
 @pytest.fixture
@@ -80,11 +32,6 @@ def runs() -> Iterator[list[OpenRun]]:
     yield started
     for run in started:
         run.stop()
-
-
-def ran(cwd: Path) -> list[str]:
-    path = cwd / "ran.txt"
-    return path.read_text().split() if path.exists() else []
 
 
 def test_tasks_added_from_a_file_and_stdin_with_edges_to_done_and_pending(tmp_path, runs):

@@ -38,6 +38,8 @@ def sample(o: options.Option) -> tuple[Any, str]:
         return 9400, "9400"
     if o.dest == "maxfds":
         return 64, "64"
+    if o.dest == "open_tcp":
+        return "127.0.0.1:0", "127.0.0.1:0"
     if o.dest == "site_profile":
         path = str(REPO / "configs" / "site-slurm-local.yaml")
         return path, path
@@ -184,6 +186,8 @@ def test_profile_argv_parses_back_to_the_same_options(monkeypatch: pytest.Monkey
         want = values[o.dest]
         if o.dest in ("verbose", "quiet"):
             continue
+        if o.dest == "open_tcp":
+            want = o.type(want)  # the text, read as an address
         if o.attr:
             want = o.to_field(want) if o.to_field else want
             assert getattr(opts, o.attr) == want, o.dest

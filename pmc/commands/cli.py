@@ -43,6 +43,8 @@ def options_from_args(p: argparse.ArgumentParser, args: argparse.Namespace,
 
     options.apply_environment(p, args)
     apply_site_profile(p, args, dropin)
+    if args.open_tcp is not None:
+        args.open_run = True  # only an open run has a channel
     if args.open_run and args.schedule not in (None, "priority"):
         p.error("--open cannot be combined with --schedule (an open run orders by priority)")
     if args.set_affinity and args.host_cpus:

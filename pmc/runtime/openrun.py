@@ -25,6 +25,7 @@ from pmc.core.resources import Resources
 from pmc.dag.extend import extend, parse_batch
 from pmc.dag.model import DAG, DagError, Task, options_of
 from pmc.options import RunOptions
+from pmc.optiontypes import Listen
 from pmc.runtime.journal import Journal, journal_path, replay
 from pmc.transport import Transport
 
@@ -62,16 +63,17 @@ def prepare(opts: RunOptions, dag: DAG) -> OpenRun | None:
         log.warn(text)
     if added:
         log.info(f"Read {added} task(s) added to the DAG before from {path}")
-    return OpenRun(opts.dag, base) if opts.open_run else None
+    return OpenRun(opts.dag, base, opts.open_tcp) if opts.open_run else None
 
 
 class OpenRun(Observer):
     """The open run of a DAG whose first ``base`` ids were its own at the start (ids
     from ``base`` on were added, in this run or, read from the journal, an earlier)."""
 
-    def __init__(self, dag_path: str, base: int) -> None:
+    def __init__(self, dag_path: str, base: int, tcp: Listen | None = None) -> None:
         self.dag_path = dag_path
         self.base = base
+        self.tcp = tcp
         self.closed = False
         self.master: Owner | None = None
         self.channel: Channel | None = None
@@ -85,9 +87,12 @@ class OpenRun(Observer):
         self.master = master
         master.open = self
         self.journal = Journal(journal_path(self.dag_path))
-        self.channel = Channel(self.dag_path, OPS)
+        self.channel = Channel(self.dag_path, OPS, self.tcp)
         log.info(f"Open run: tasks may be added through {self.channel.path} "
                  f"(pmc add / pmc close / pmc.client)")
+        if self.channel.tcp_where:
+            log.info(f"Open run: listening on TCP at {self.channel.tcp_where} "
+                     f"(written to {self.channel.tcp_file})")
 
     def may_end(self) -> bool:
         """Whether the run may end when nothing is left to run: closed, or stopped
