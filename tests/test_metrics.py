@@ -292,22 +292,41 @@ def busy_port_with_a_free_next() -> socket.socket:
 
 def test_a_taken_port_never_stops_the_run(tmp_path: Path) -> None:
     """The port asked for is taken: the run says so, serves on a free one (the next of a
-    range first), tells where in its log and its status snapshot, and finishes."""
-    dag = write_dag(tmp_path / "a.dag", "TASK A /bin/true\n")
+    range first), tells where in its log, its status snapshot and ``pmc status`` while
+    it runs, and finishes."""
+    # The task waits for the file "go", so that pmc status sees the run live.
+    dag = write_dag(tmp_path / "a.dag",
+                    "TASK A /bin/sh -c 'while [ ! -e go ]; do sleep 0.1; done'\n")
     with busy_port_with_a_free_next() as busy:
         port = busy.getsockname()[1]
-        r = pmc(["run", "--workers", "1", "--metrics-port", str(port), dag.name], tmp_path)
-        assert r.returncode == 0, r.stderr
+        with subprocess.Popen([sys.executable, "-m", "pmc", "run", "--workers", "1",
+                               "--metrics-port", str(port), dag.name], cwd=tmp_path,
+                              env=clean_env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) as proc:
+            try:
+                shown = ""
+                deadline = time.monotonic() + 60
+                while not shown and time.monotonic() < deadline and proc.poll() is None:
+                    st = pmc(["status", dag.name], tmp_path)  # exit 3: not over
+                    shown = "".join(line for line in st.stdout.splitlines(keepends=True)
+                                    if line.startswith("metrics:"))
+                    time.sleep(0.2)
+                (tmp_path / "go").touch()
+                _, err = proc.communicate(timeout=60)
+            finally:
+                proc.kill()
+        assert proc.returncode == 0, err
         m = re.search(r"\[warn\] Metrics: cannot have port (\d+) on 127.0.0.1 \(in use or not "
-                      r"allowed\); serving on free port (\d+) instead\n", r.stderr)
-        assert m and m.group(1) == str(port), r.stderr
+                      r"allowed\); serving on free port (\d+) instead\n", err)
+        assert m and m.group(1) == str(port), err
         url = f"http://127.0.0.1:{m.group(2)}/metrics"
-        assert f"[info] Metrics: serving {url}\n" in r.stderr
+        assert f"[info] Metrics: serving {url}\n" in err
+        assert shown == f"metrics: {url}\n", f"pmc status while the run ran: {st.stdout}"
         snapshot = json.loads((tmp_path / "a.dag.status.json").read_text())
         assert snapshot["metrics"] == url
         # A range whose first port is taken: the next one, without a word.
         r = pmc(["run", "--workers", "1", "-s", "--metrics-port", f"{port}-{port + 1}",
-                 dag.name], tmp_path)
+                 dag.name], tmp_path)  # the file "go" is there: the task ends at once
         assert r.returncode == 0, r.stderr
         assert f"[info] Metrics: serving http://127.0.0.1:{port + 1}/metrics\n" in r.stderr
         assert "[warn]" not in r.stderr
