@@ -197,6 +197,57 @@ def test_a_missing_declared_output_fails_the_task_with_its_name(tmp_path: Path) 
     assert "after" not in (tmp_path / "w.dag.rescue").read_text()
 
 
+def test_declared_paths_are_read_from_the_dags_directory(tmp_path: Path) -> None:
+    """pmc run --reuse sub/w.dag from the parent directory: the tasks run there (their
+    commands name sub/...), their declared paths are sub/'s; files of the same names in
+    the parent directory are not looked at."""
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "in.txt").write_text("one\n")
+    write_dag(sub / "w.dag",
+              "TASK a --inputs in.txt --outputs a.out "
+              "/bin/sh -c 'cat sub/in.txt > sub/a.out; echo a >> ran'\n"
+              "TASK b --inputs a.out --outputs b.out "
+              "/bin/sh -c 'tr a-z A-Z < sub/a.out > sub/b.out; echo b >> ran'\n"
+              "EDGE a b\n")
+    # Decoys in the parent: resolved from there, b.out would look current and
+    # forgot.txt (below) present.
+    for name in ("in.txt", "a.out", "b.out", "forgot.txt"):
+        (tmp_path / name).write_text("decoy\n")
+    back = time.time() - 60
+    os.utime(tmp_path / "in.txt", (back, back))
+
+    def ran() -> list[str]:
+        return sorted((tmp_path / "ran").read_text().split())
+
+    r = pmc(["run", "--workers", "2", "--reuse", "sub/w.dag"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert ran() == ["a", "b"]
+    assert (sub / "b.out").read_text() == "ONE\n"
+    (tmp_path / "ran").unlink()
+    r = pmc(["run", "--workers", "2", "--reuse", "sub/w.dag"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert not (tmp_path / "ran").exists()
+    assert "tasks=2, submitted=0, succeeded=0, failed=0" in r.stdout
+    assert (sub / "w.dag.rescue").read_text().split("\n")[1:] == ["REUSED a", "REUSED b"]
+    # A newer input in sub/ runs both again.
+    (sub / "in.txt").write_text("two\n")
+    for name in ("a.out", "b.out"):
+        os.utime(sub / name, (back, back))
+    r = pmc(["run", "--workers", "2", "--reuse", "sub/w.dag"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert ran() == ["a", "b"]
+    assert (sub / "b.out").read_text() == "TWO\n"
+
+    write_dag(sub / "m.dag", "TASK make --outputs made.txt,forgot.txt "
+                             "/bin/sh -c 'echo x > sub/made.txt'\n")
+    r = pmc(["run", "--workers", "1", "sub/m.dag"], tmp_path)
+    assert r.returncode == 1
+    full = sub / "forgot.txt"
+    assert (f"Task make failed: declared output forgot.txt is missing (no {full}: "
+            "No such file or directory)") in r.stderr, r.stderr
+
+
 def test_array_members_declare_their_own_files(tmp_path: Path) -> None:
     (tmp_path / "values.txt").write_text("a\nb\nc\n")
     write_dag(tmp_path / "w.dag",
