@@ -19,6 +19,7 @@ mid-way leaves the lines before; the scheduler's answer fills in what the file l
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from dataclasses import dataclass, field
@@ -83,6 +84,14 @@ class Chain:
     @property
     def scheduler(self) -> str | None:
         return next((ln.scheduler for ln in self.ordered() if ln.scheduler), None)
+
+    def left_over(self) -> set[int]:
+        """Links queued ahead behind the one the workflow ended in, that have recorded
+        nothing yet (their cancel failed, or the link died before it): should one
+        start, it ends at once."""
+        return {ln.index for before, ln in itertools.pairwise(self.ordered())
+                if before.outcome not in (None, "continued") and ln.outcome is None
+                and ln.started is None}
 
 
 def index_dir() -> Path:
@@ -184,7 +193,9 @@ def summary(chain: Chain, statuses: dict[str, JobStatus | str]) -> str:
     """The chain's state in a few words, from its last link; a link the workflow did
     not need (cancelled, skipped) says nothing of it, and one queued behind a running
     link is named beside it."""
-    links = [ln for ln in chain.ordered() if ln.outcome not in NOT_RUN] or chain.ordered()
+    left_over = chain.left_over()
+    links = [ln for ln in chain.ordered()
+             if ln.outcome not in NOT_RUN and ln.index not in left_over] or chain.ordered()
     last = links[-1]
     behind = None
     if len(links) > 1 and last.started is None and last.outcome is None \
@@ -211,6 +222,7 @@ def summary(chain: Chain, statuses: dict[str, JobStatus | str]) -> str:
 
 def render(chain: Chain, statuses: dict[str, JobStatus | str]) -> str:
     links = chain.ordered()
+    left_over = chain.left_over()
     n = len(links)
     head = (
         f"chain {chain.chain_id} ({chain.path}): {n} link{'s' if n != 1 else ''}, "
@@ -227,6 +239,9 @@ def render(chain: Chain, statuses: dict[str, JobStatus | str]) -> str:
         outcome = ln.outcome_text()
         if outcome:
             text += f"; {outcome}"
+        elif ln.index in left_over:
+            text += ("; not started, not needed: the workflow ended in the link before "
+                     "(it does nothing should it start)")
         elif ln.started:
             text += "; pmc run has not ended"
         else:

@@ -4,18 +4,19 @@ mpiexec, aprun, poe, apptainer) first on PATH.
 
 Every call is recorded (argv, cwd, the scheduler variables it saw) as one JSON line in
 ``$FAKE_STATE/calls.jsonl``. A submit gives the next job id and runs the script at once
-in real bash with the scheduler's environment; its exit status decides the job's
-state. A job submitted with a dependency on a job that has not ended (Slurm's
+in real bash with the scheduler's environment; its exit status decides the job's state.
+A job submitted with a dependency on a job that has not ended (Slurm's
 ``--dependency=afterany:ID``, PBS's ``-W depend=afterany:ID``) waits, pending with the
-reason ``Dependency``, and runs when that job has ended, unless cancelled meanwhile. With
-``$FAKE_HOLD`` set, a submitted job stays queued instead, with that text as
-the reason it waits (Slurm ``Reason``, PBS ``comment``, LoadLeveler status), until it
-is cancelled. Cancel commands answer as the real ones do for unknown jobs (``scancel``
-says nothing and exits 0). Launchers start the command with the real MPICH ``mpiexec -n RANKS``
-(``$FAKE_REAL_MPIEXEC``) so the DAG really runs on several ranks; with
-``$FAKE_OPENMPI_MPIEXEC`` set, ``mpiexec`` is that real Open MPI launcher, given the
-script's line as it is. Status commands
-answer in the scheduler's own format for finished jobs.
+reason ``Dependency``, and runs when that job has ended, unless cancelled meanwhile.
+With ``$FAKE_HOLD`` set, a submitted job stays queued instead, with that text as the
+reason it waits (Slurm ``Reason``, PBS ``comment``, LoadLeveler status), until it is
+cancelled. A job that runs is listed as running. Cancel commands answer as the real ones
+do for unknown jobs (``scancel`` says nothing and exits 0); with ``$FAKE_CANCEL_FAILS``
+set they refuse every job, as a server that denies it would. Launchers start the command
+with the real MPICH ``mpiexec -n RANKS`` (``$FAKE_REAL_MPIEXEC``) so the DAG really runs
+on several ranks; with ``$FAKE_OPENMPI_MPIEXEC`` set, ``mpiexec`` is that real Open MPI
+launcher, given the script's line as it is. Status commands answer in the scheduler's
+own format for finished jobs.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ def run_job(job_id: str, script: str, env: dict[str, str], cwd: str) -> int:
     spool = STATE / f"spool-{job_id}.sh"
     spool.write_text(Path(script).read_text())
     out = STATE / f"job-{job_id}.out"
+    (STATE / f"job-{job_id}.json").write_text(json.dumps({"running": True}))
     with open(out, "ab") as f:
         rc = subprocess.call(
             ["bash", str(spool)], env=env, cwd=cwd, stdout=f, stderr=subprocess.STDOUT
@@ -119,8 +121,9 @@ def job_info(job_id: str) -> dict[str, object] | None:
 
 
 def job_rc(job_id: str) -> int | None:
+    """The exit status of a job that has ended; None for one queued, running or unknown."""
     info = job_info(job_id)
-    if info is None or info.get("pending"):
+    if info is None or "rc" not in info:
         return None
     rc = info["rc"]
     assert isinstance(rc, int)
@@ -137,6 +140,9 @@ def held(job_id: str) -> bool:
 
 
 def cancel(tool: str, job_id: str) -> int:
+    if os.environ.get("FAKE_CANCEL_FAILS"):
+        print(f"{tool}: Unauthorized Request {job_id}", file=sys.stderr)
+        return 159
     info = job_info(job_id)
     if info is None or not info.get("pending"):
         if tool == "scancel":
@@ -166,6 +172,8 @@ def squeue(args: list[str]) -> int:
         return 1
     if info.get("pending"):
         print(f"PENDING|{info['reason']}")
+    elif info.get("running"):
+        print("RUNNING|None")
     return 0  # finished jobs are not listed; exit 0, as the real squeue
 
 
@@ -177,6 +185,8 @@ def scontrol(args: list[str]) -> int:
         return 1
     if info.get("pending"):
         state, reason, rc = "PENDING", str(info["reason"]), 0
+    elif info.get("running"):
+        state, reason, rc = "RUNNING", "None", 0
     else:
         rc = int(str(info["rc"]))
         reason = "None"
@@ -210,6 +220,9 @@ def qstat(args: list[str]) -> int:
         print(f"Job Id: {job_id}\n    Job_Name = fake\n    job_state = Q\n    queue = workq")
         print(f"    comment = {info['reason']}")
         return 0
+    if info is not None and info.get("running"):
+        print(f"Job Id: {job_id}\n    Job_Name = fake\n    job_state = R\n    queue = workq")
+        return 0
     rc = job_rc(job_id)
     if rc is None or "-x" not in args:
         # A finished job has left the live queue; PBS Pro keeps it for qstat -x.
@@ -240,9 +253,10 @@ def llsubmit(args: list[str]) -> int:
 
 def llq(args: list[str]) -> int:
     info = job_info(args[-1])
-    if info is not None and info.get("pending"):
+    if info is not None and (info.get("pending") or info.get("running")):
+        status = info["reason"] if info.get("pending") else "Running"
         print(f"===== Job Step {args[-1]} =====\n        Job Step Id: {args[-1]}")
-        print(f"             Status: {info['reason']}\n      Hold Job Until:")
+        print(f"             Status: {status}\n      Hold Job Until:")
         return 0
     print("llq: There is currently no job status to report.")
     return 0

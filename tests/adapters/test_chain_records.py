@@ -49,6 +49,13 @@ def test_the_link_the_workflow_did_not_need(tmp_path: Path) -> None:
     assert render(chain, statuses).splitlines()[2] == (
         "  link 2: job 124 CANCELLED (native: CANCELLED, exit 0:0); cancelled before it "
         "started: the workflow ended in the link before")
+    # The cancel failed (no record of it): still queued, it is not needed all the same.
+    chain = chain_of(tmp_path, START + QUEUED + ended)
+    statuses["124"] = JobStatus("124", JobState.PENDING, "PENDING", reason="Dependency")
+    assert render(chain, statuses).splitlines()[0].endswith(": 2 links, succeeded")
+    assert render(chain, statuses).splitlines()[2] == (
+        "  link 2: job 124 PENDING (native: PENDING, reason: Dependency); not started, not "
+        "needed: the workflow ended in the link before (it does nothing should it start)")
     # Not cancelled in time: it started, saw that link 1 had not handed over, and ended.
     skipped = (START + QUEUED + ended.replace("status=0 outcome=succeeded",
                                               "status=1 outcome=failed")

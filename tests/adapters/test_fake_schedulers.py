@@ -8,8 +8,13 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -413,3 +418,118 @@ def test_local_chain_runs_detached_links(fakes: Fakes) -> None:
         _wait_local(fakes, job)
         status = fakes.pmc("jobs", "status", "--scheduler", "local", job).stdout
         assert f"job {job} COMPLETED" in status
+
+
+def test_a_queued_link_that_starts_after_the_workflow_ended_does_nothing(
+        fakes: Fakes) -> None:
+    """The workflow ends in link 1 and the cancel of link 2, queued behind it, fails
+    (qdel refused): link 2 starts, finds that link 1 did not hand over, records itself
+    skipped and exits 0 without running pmc."""
+    site = fakes.profile("site.yaml", base_profile("pbs"))
+    fakes.env["FAKE_CANCEL_FAILS"] = "1"
+    first = fakes.pmc("submit", "--site", str(site), "--until-done", "--max-jobs", "4",
+                      "diamond.dag", check=True).stdout.strip()
+    # (pmc submit notes link 1 as submitted once qsub returns: here, after the jobs ran.)
+    events = [e for e in _chain_lines(fakes, "diamond.dag")
+              if (e["link"], e["event"]) != ("1", "submitted")]
+    second = next(e["job"] for e in events if e["event"] == "submitted")
+    assert [(e["link"], e["event"], e.get("outcome")) for e in events] == [
+        ("1", "started", None), ("2", "submitted", None), ("1", "ended", "succeeded"),
+        ("2", "started", None), ("2", "ended", "skipped")]
+    assert events[-1]["status"] == "-" and events[-1]["next"] == "-"
+    assert [c["argv"][-1] for c in fakes.calls("qdel")] == [second]
+    assert len(fakes.calls("mpiexec")) == 1, "pmc ran in the link not needed"
+    assert (_job_rc(fakes, first), _job_rc(fakes, second)) == (0, 0)
+    first_out = (fakes.state / f"job-{first}.out").read_text()
+    assert f"could not cancel job {second}, queued as link 2: it ends at once when it " \
+           "starts" in first_out
+    second_out = (fakes.state / f"job-{second}.out").read_text()
+    assert f"pmc: link 1 of chain {first} did not hand over to this one " \
+           "(outcome=succeeded): the chain has ended; nothing to do" in second_out
+    assert "pmc: run exited" not in second_out
+    assert rescue_done(fakes.work / "diamond.dag.rescue") == ["A", "B", "C", "D"]
+    lines = fakes.pmc("jobs", "status", "--scheduler", "pbs", first,
+                      check=True).stdout.splitlines()
+    assert lines[0].endswith(": 2 links, succeeded")
+    assert lines[2] == (f"  link 2: job {second} COMPLETED (native: F, exit 0); started after "
+                        "the workflow had ended in the link before; did nothing")
+
+
+def _pmc_ranks(work: Path) -> list[int]:
+    """The processes of ``pmc run`` (every rank and keeper) started in ``work``."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            cwd = os.readlink(proc / "cwd")
+        except OSError:
+            continue
+        if cwd == str(work) and any(argv[i:i + 3] == [b"-m", b"pmc", b"run"]
+                                    for i in range(len(argv))):
+            pids.append(int(proc.name))
+    return pids
+
+
+def _wait_for(what: str, check: Callable[[], object], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_a_warning_that_time_is_short_hands_over_to_the_queued_link(fakes: Fakes) -> None:
+    """A chain on Slurm: while link 1 runs, pmc jobs status shows link 2 queued behind
+    it (pending, reason Dependency). SIGUSR1 to every rank of link 1 (Slurm's
+    --signal=USR1@60): no task starts any more, the running one ends, pmc exits 3 and
+    link 2 carries on from the rescue log; every task runs once."""
+    (fakes.work / "w.dag").write_text(
+        "TASK A /bin/sh -c 'touch started; while [ ! -e release ]; do sleep 0.1; done; "
+        "echo A $PMC_JOB_ID >> ran.txt'\n"
+        "TASK B /bin/sh -c 'echo B $PMC_JOB_ID >> ran.txt'\n"
+        "TASK C /bin/sh -c 'echo C $PMC_JOB_ID >> ran.txt'\n"
+        "EDGE A B\nEDGE A C\n")
+    site = fakes.profile("site.yaml", base_profile("slurm"))
+    submit = subprocess.Popen(
+        [sys.executable, "-m", "pmc", "submit", "--site", str(site), "--until-done",
+         "--max-jobs", "4", "w.dag"], cwd=fakes.work, env=fakes.env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for("task A started", (fakes.work / "started").exists)
+        chain = fakes.work / "w.dag.chain"
+        _wait_for("link 2 queued", lambda: "event=submitted" in chain.read_text())
+        first, second = (e["job"] for e in _chain_lines(fakes, "w.dag")
+                         if e["event"] in ("started", "submitted"))
+        lines = fakes.pmc("jobs", "status", "--scheduler", "slurm", first,
+                          check=True).stdout.splitlines()
+        assert lines == [
+            f"chain {first} ({chain}): 2 links, running (link 1); link 2 (job {second}) "
+            "queued behind it",
+            f"  link 1: job {first} RUNNING (native: RUNNING); pmc run has not ended",
+            f"  link 2: job {second} PENDING (native: PENDING, reason: Dependency); "
+            "not started"]
+
+        ranks = _pmc_ranks(fakes.work)
+        assert len(ranks) >= 3, ranks  # the master and two workers, at least
+        for pid in ranks:
+            os.kill(pid, signal.SIGUSR1)
+        out = fakes.state / f"job-{first}.out"
+        _wait_for("the master's warning", lambda: "[warn] Caught signal 10 (SIGUSR1): time "
+                  "is short: no task starts any more" in out.read_text())
+        (fakes.work / "release").touch()
+        _, err = submit.communicate(timeout=240)
+    finally:
+        submit.kill()
+    assert submit.returncode == 0, err
+    ended = {e["link"]: e for e in _chain_lines(fakes, "w.dag") if e["event"] == "ended"}
+    assert (ended["1"]["status"], ended["1"]["outcome"], ended["1"]["next"]) == (
+        "3", "continued", second)
+    assert (ended["2"]["status"], ended["2"]["outcome"]) == ("0", "succeeded")
+    assert "Workflow incomplete: received SIGUSR1, a warning that time is short; run " \
+           "again to resume from" in out.read_text()
+    ran = sorted((fakes.work / "ran.txt").read_text().splitlines())
+    assert ran == [f"A {first}", f"B {second}", f"C {second}"]
+    assert rescue_done(fakes.work / "w.dag.rescue") == ["A", "B", "C"]
+    assert (_job_rc(fakes, first), _job_rc(fakes, second)) == (0, 0)

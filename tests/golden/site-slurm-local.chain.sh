@@ -129,10 +129,10 @@ fi
 if [ -n "$pmc_next" ] && [ "$pmc_outcome" != continued ]; then
     if scancel "$pmc_next" >/dev/null 2>&1; then
         echo "pmc: cancelled job $pmc_next, queued as link $((PMC_CHAIN_INDEX + 1)): the chain ends here" >&2
+        pmc_chain_note link="$((PMC_CHAIN_INDEX + 1))" job="$pmc_next" event=cancelled by="$PMC_JOB_ID"
     else
         echo "pmc: could not cancel job $pmc_next, queued as link $((PMC_CHAIN_INDEX + 1)): it ends at once when it starts" >&2
     fi
-    pmc_chain_note link="$((PMC_CHAIN_INDEX + 1))" job="$pmc_next" event=cancelled by="$PMC_JOB_ID"
     pmc_next=""
 fi
 pmc_chain_note link="$PMC_CHAIN_INDEX" job="$PMC_JOB_ID" event=ended status="$pmc_status" outcome="$pmc_outcome" next="${pmc_next:--}"
