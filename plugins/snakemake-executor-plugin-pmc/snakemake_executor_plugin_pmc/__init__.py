@@ -2,12 +2,12 @@
 
 The run is one ``pmc run --open`` (a pmc extension) that this plugin starts inside the
 current allocation (embedded on this host, or across the allocation's nodes with
-``--pmc-launcher 'srun --mpi=pmi2'``), or joins when it is already running
-(``--pmc-dag``). To pack a workflow into one batch job, run Snakemake itself in that
-job (``sbatch --wrap 'snakemake --executor pmc ...'``). Each job is
-added to it through ``pmc.client`` with its threads, ``mem_mb`` and GPUs as the task's
-cpus, memory and GPUs; its output goes to a log file per job, which Snakemake is shown
-when the job fails.
+``--pmc-launcher 'srun --mpi=pmi2'``), joins when it is already running (``--pmc-dag``),
+or has pmc's batch wing submit as one batch job from a site profile (``--pmc-site``, an
+extension of this plugin: Snakemake on a login node, the run in the job; see ``batch``).
+Each job is added to it through ``pmc.client`` with its threads, ``mem_mb`` and GPUs as
+the task's cpus, memory and GPUs; its output goes to a log file per job, which
+Snakemake is shown when the job fails.
 """
 
 import contextlib
@@ -21,7 +21,7 @@ import uuid
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from snakemake_interface_common.exceptions import WorkflowError
 from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
@@ -34,8 +34,12 @@ from snakemake_interface_executor_plugins.settings import (
 
 from pmc.client import ChannelError, Client, SubmitError
 
+from .batch import BatchJob
+
 STATUS_CHECK = 0.5  # seconds between looks at the run: a look is one local request
 START_TIMEOUT = 120.0  # seconds for a run (or warm process) started here to be ready
+UNREACHED = 60  # status checks a started batch job's run may not answer before jobs fail
+END_WAIT = 600.0  # seconds a closed run's batch job may take to end before it is cancelled
 WARM = str(Path(__file__).with_name("warm.py"))  # run as a script: see its docstring
 
 
@@ -65,6 +69,25 @@ class ExecutorSettings(ExecutorSettingsBase):
         default=None,
         metadata={"help": "more 'pmc run' options for the run started here, e.g. "
                   "'--tries 2 --log-format json'", "env_var": False, "required": False})
+    site: Optional[str] = field(
+        default=None,
+        metadata={"help": "an extension of this plugin: run the jobs in ONE batch job that "
+                  "pmc's batch wing submits from this site profile (pmc submit --site "
+                  "PROFILE, the run open), e.g. from a login node; Snakemake follows it, "
+                  "closes it at the end and cancels it when interrupted; its jobs fail "
+                  "with the reason if the batch job ends first", "env_var": False,
+                  "required": False})
+    submit_args: Optional[str] = field(
+        default=None,
+        metadata={"help": "with --pmc-site: more 'pmc submit' options, e.g. '--walltime "
+                  "2:00:00 --nodes 4 --set pmc.tries=2'", "env_var": False,
+                  "required": False})
+    tcp: Optional[str] = field(
+        default=None,
+        metadata={"help": "with --pmc-site: where the run listens on TCP for a Snakemake "
+                  "on another host (pmc run --open-tcp [HOST][:PORT]; default: the "
+                  "profile's pmc.open_tcp, else * (every interface, any free port))",
+                  "env_var": False, "required": False})
 
 
 common_settings = CommonSettings(
@@ -96,14 +119,21 @@ class Executor(RemoteExecutor):
         self.owned = settings.dag is None
         self.warm: Optional[subprocess.Popen[bytes]] = None
         self.warm_socket = ""
+        self.batch: Optional[BatchJob] = None
+        self.client: Optional[Client] = None
+        self.waiting: list[tuple[SubmittedJobInfo, dict[str, object]]] = []
+        self.unreached = 0  # tries to connect to a batch job's run that has started
         try:
-            if settings.warm:
-                self._start_warm()
-            if settings.dag is not None:
-                self.dag = str(Path(settings.dag).resolve())
+            if settings.site is not None:
+                self._submit_batch()
             else:
-                self.dag = self._start_run()
-            self.client = Client.connect(self.dag)
+                if settings.warm:
+                    self._start_warm()
+                if settings.dag is not None:
+                    self.dag = str(Path(settings.dag).resolve())
+                else:
+                    self.dag = self._start_run()
+                self.client = Client.connect(self.dag)
         except (ChannelError, WorkflowError) as e:
             self._stop_started()  # nothing started here outlives the error
             raise WorkflowError(f"pmc: {e}" if isinstance(e, ChannelError) else e) from e
@@ -143,6 +173,61 @@ class Executor(RemoteExecutor):
             time.sleep(0.1)
         return str(dag)
 
+    def _submit_batch(self) -> None:
+        """Have pmc's batch wing submit the run as one batch job (``--pmc-site``);
+        Snakemake's jobs wait for it to start (``_reach_run``)."""
+        s = self.settings
+        given = [f"--pmc-{name}" for name, value in (
+            ("dag", s.dag), ("launcher", s.launcher), ("workers", s.workers),
+            ("args", s.args)) if value is not None] + (["--pmc-warm"] if s.warm else [])
+        if given:
+            raise WorkflowError(f"pmc: --pmc-site cannot be combined with {', '.join(given)}"
+                                ": the site profile says how the run runs (more "
+                                "'pmc submit' options with --pmc-submit-args)")
+        assert s.site is not None
+        rundir = Path(".snakemake", "pmc", self.nonce).resolve()
+        rundir.mkdir(parents=True, exist_ok=True)
+        dag = rundir / "run.dag"
+        dag.write_text("# tasks are added by Snakemake (snakemake-executor-plugin-pmc)\n")
+        self.dag = str(dag)
+        self.batch = BatchJob(s.site, dag, s.tcp, s.submit_args or "")
+        said = self.batch.submit()
+        self.logger.info(f"pmc: {said}")
+        self.logger.info(f"pmc: Snakemake's jobs go to the open run of {dag} once batch job "
+                         f"{self.batch.job_id} has started it")
+
+    def _reach_run(self) -> Optional[str]:
+        """Connect to the batch job's run once it listens, and hand it the jobs that
+        waited; why it cannot be reached (None: connected, or not yet started)."""
+        assert self.batch is not None
+        if not Path(f"{self.dag}.token").exists():
+            why = self.batch.ended()
+            return None if why is None else f"{why}, before its open run started " \
+                f"(the batch script and its output: {Path(self.dag).parent})"
+        try:
+            self.client = Client.connect(self.dag)
+        except ChannelError as e:
+            self.unreached += 1
+            why = self.batch.ended(fresh=True)
+            if why is None and self.unreached < UNREACHED:
+                return None  # (a run just starting, or ending)
+            return why or f"the open run of batch job {self.batch.job_id} cannot be " \
+                f"reached: {e}"
+        self.logger.info(f"pmc: batch job {self.batch.job_id}'s open run reached; "
+                         f"{len(self.waiting)} job(s) handed to it")
+        waiting, self.waiting = self.waiting, []
+        for info, request in waiting:
+            self._submit(info, request)
+        return None
+
+    def _gone(self, error: Exception) -> str:
+        """Why a run stopped answering, in words for a failed job."""
+        if self.batch is None:
+            return f"the pmc run is gone: {error}"
+        why = self.batch.ended(fresh=True)
+        return f"the pmc run is gone ({error}): " + (
+            why or f"its batch job {self.batch.job_id} has not ended yet")
+
     def _start_warm(self) -> None:
         """The warm process of this host (see ``warm``), ready to fork jobs."""
         rundir = Path(".snakemake", "pmc", self.nonce).resolve()
@@ -170,6 +255,10 @@ class Executor(RemoteExecutor):
     def shutdown(self) -> None:
         super().shutdown()
         self._stop_warm()
+        if self.batch is not None:
+            self._end_batch()
+            return
+        assert self.client is not None
         if not self.owned:
             self.client.close()
             return
@@ -183,9 +272,32 @@ class Executor(RemoteExecutor):
                 self.proc.terminate()
                 self.proc.wait()
 
+    def _end_batch(self) -> None:
+        """Close the batch job's run and wait for the job to end (cancelled if it
+        does not, or if its run was never reached)."""
+        assert self.batch is not None
+        if self.client is None:
+            note = self.batch.cancel()
+        else:
+            with contextlib.suppress(ChannelError, SubmitError, OSError):
+                self.client.close_run()
+            self.client.close()
+            note = self.batch.wait(END_WAIT)
+            if note is None:
+                note = f"not ended {END_WAIT:g} s after its run was closed: " \
+                    f"{self.batch.cancel()}"
+        if note:
+            self.logger.info(f"pmc: {note}")
+
     def cancel_jobs(self, active_jobs: list[SubmittedJobInfo]) -> None:
         # A task of a run cannot be stopped alone: the run started here is stopped
-        # (pmc stops its running tasks on SIGTERM); a joined run is left as it is.
+        # (pmc stops its running tasks on SIGTERM), a batch job cancelled; a joined run
+        # is left as it is.
+        if active_jobs and self.batch is not None:
+            note = self.batch.cancel()
+            if note:
+                self.logger.info(f"pmc: {note}")
+            return
         if active_jobs and self.owned and self.proc is not None and self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGTERM)
@@ -200,27 +312,52 @@ class Executor(RemoteExecutor):
             + self.format_job_exec(job)
         res = job.resources
         info = SubmittedJobInfo(job=job, external_jobid=name, aux={"log": str(log)})
+        request: dict[str, Any] = {
+            "argv": ["/bin/sh", "-c", command], "name": name, "cpus": max(0, job.threads),
+            "memory": _number(res.get("mem_mb", 0)),
+            "gpus": _number(res.get("gpu", res.get("gpus", 0))), "tries": 1}
+        if self.client is None:  # a batch job's run not yet started: the job waits
+            self.waiting.append((info, request))
+            self.report_job_submission(info)
+        elif self._submit(info, request):
+            self.report_job_submission(info)
+
+    def _submit(self, info: SubmittedJobInfo, request: dict[str, Any]) -> bool:
+        assert self.client is not None
         try:
-            self.client.submit(
-                ["/bin/sh", "-c", command], name=name, cpus=max(0, job.threads),
-                memory=_number(res.get("mem_mb", 0)),
-                gpus=_number(res.get("gpu", res.get("gpus", 0))), tries=1)
-        except (SubmitError, ChannelError) as e:
+            self.client.submit(request.pop("argv"), **request)
+        except SubmitError as e:
             self.report_job_error(info, msg=f"pmc refused the job: {e}. ")
-            return
-        self.report_job_submission(info)
+        except (ChannelError, OSError) as e:
+            self.report_job_error(info, msg=f"{self._gone(e)}. ")
+        else:
+            return True
+        info.aux["failed"] = True
+        return False
 
     async def check_active_jobs(
         self, active_jobs: list[SubmittedJobInfo]
     ) -> AsyncGenerator[SubmittedJobInfo, None]:
+        if self.client is None and self.batch is not None:
+            why = self._reach_run()
+            if self.client is None:
+                for info in active_jobs:
+                    if why is None:
+                        yield info
+                    else:
+                        self.report_job_error(info, msg=f"{why}. ")
+                return
+        active_jobs = [j for j in active_jobs if not j.aux.get("failed")]
         if not active_jobs:
             return
+        assert self.client is not None
         async with self.status_rate_limiter:
             try:
                 states = self.client.states(str(j.external_jobid) for j in active_jobs)
             except (ChannelError, OSError) as e:
+                why = self._gone(e)
                 for info in active_jobs:
-                    self.report_job_error(info, msg=f"the pmc run is gone: {e}. ")
+                    self.report_job_error(info, msg=f"{why}. ")
                 return
         for info in active_jobs:
             state = states[str(info.external_jobid)]
