@@ -4,11 +4,16 @@
 # (a private mount namespace; /dev, /proc, /sys and a work directory bound in; chroot),
 # and a launcher on the host starts the ranks:
 #
-#   hybrid  the image's own MPICH, wired up through the host launcher's PMI
-#   bind    the host's libmpi bound in at /mnt and chosen with MPI4PY_LIBMPI
+#   hybrid   the image's own MPICH, wired up through the host launcher's PMI
+#   bind     the host's libmpi (MPICH ABI) bound in at /mnt and chosen with MPI4PY_LIBMPI
+#   openmpi  the host's Open MPI (libmpi.so.40, its plugins and the libraries they need
+#            that the image lacks, gathered into one directory as a site's
+#            /opt/openmpi holds them) bound in at /mnt, the ranks started by the host's
+#            Open MPI launcher (mpiexec.openmpi); only where Open MPI is installed
 #
 # Launchers: the host's mpiexec (Hydra), and `srun --mpi=pmi2` when PMC_TEST_SLURM=1
-# (the one-node Slurm of ci/slurm-up.sh is up).
+# (the one-node Slurm of ci/slurm-up.sh is up), for hybrid and bind; mpiexec.openmpi for
+# openmpi.
 #
 #   bash ci/container-mpi-models.sh [IMAGE]        (default localhost/pmc:latest; root)
 #
@@ -52,6 +57,27 @@ EDGE A C
 EDGE B D
 EDGE C D
 EOF
+# The host's Open MPI, for the openmpi model: what `apptainer exec --bind /opt/openmpi`
+# would bring in. Debian spreads it over /usr/lib; a site's prefix holds it in one place.
+gather_openmpi() {
+    local dest=$1 pkglib libmpi pmix name path f
+    pkglib=$(ompi_info --path pkglibdir | awk '{print $2}')
+    libmpi=$(readlink -f "$(ompi_info --path libdir | awk '{print $2}')/libmpi.so")
+    pmix=$(ldd "$pkglib"/mca_pmix_*.so | awk '$1 == "libpmix.so.2" {print $3; exit}')
+    [ -n "$pmix" ] || fail "Open MPI's PMIx library not found (ldd $pkglib/mca_pmix_*.so)"
+    mkdir -p "$dest/lib/openmpi" "$dest/lib/pmix"
+    cp -a "$pkglib"/. "$dest/lib/openmpi/"
+    cp -a "$(dirname "$(readlink -f "$pmix")")/pmix"/. "$dest/lib/pmix/"
+    cp -L "$libmpi" "$dest/lib/libmpi.so.40"
+    # The libraries these link to that the image does not have.
+    for f in "$dest/lib/libmpi.so.40" "$dest"/lib/openmpi/*.so "$dest"/lib/pmix/*.so; do
+        ldd "$f" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
+    done | sort -u | while read -r name path; do
+        [ -e "$dest/lib/$name" ] || [ -e "$ROOT/usr/lib/x86_64-linux-gnu/$name" ] \
+            || [ -e "$ROOT/lib/x86_64-linux-gnu/$name" ] || cp -L "$path" "$dest/lib/$name"
+    done
+}
+
 # Which libmpi each rank loaded, and whether the ranks form one world.
 cat >"$WORK/probe.py" <<'EOF'
 from mpi4py import MPI
@@ -94,6 +120,16 @@ run() {
     if [ "$model" = bind ]; then
         env=(env MPI4PY_LIBMPI=/mnt/libmpi.so.12)
         want="lib=/mnt/libmpi.so.12"
+    elif [ "$model" = openmpi ]; then
+        # Open MPI finds its plugins (and PMIx its own) by the paths it was built with:
+        # point both at /mnt. PMIx's shared-memory store is a file in the launcher's
+        # session directory under the host's /tmp, which the ranks here do not see
+        # (their /tmp is the work directory; Apptainer binds the host's): its hash
+        # store instead.
+        env=(env MPI4PY_LIBMPI=/mnt/lib/libmpi.so.40 LD_LIBRARY_PATH=/mnt/lib
+             OMPI_MCA_mca_base_component_path=/mnt/lib/openmpi
+             PMIX_MCA_mca_base_component_path=/mnt/lib/pmix PMIX_MCA_gds=hash)
+        want="lib=/mnt/lib/libmpi.so.40"
     else
         env=(env -u MPI4PY_LIBMPI)
         want="lib=/opt/pmc/lib/libmpi.so.12"
@@ -124,4 +160,17 @@ for launcher in "${launchers[@]}"; do
     run hybrid "$launcher"
     run bind "$launcher"
 done
-step "both MPI models passed with: ${launchers[*]}"
+models="both MPI models passed with: ${launchers[*]}"
+if command -v mpiexec.openmpi >/dev/null && command -v ompi_info >/dev/null; then
+    gather_openmpi "$WORK/openmpi"
+    step "the host's $(ompi_info --version | head -n 1), gathered into $WORK/openmpi"
+    # As root, Open MPI wants to be told twice; three ranks on fewer cores need
+    # --oversubscribe.
+    ompi="env PMC_HOST_LIBDIR=$WORK/openmpi OMPI_ALLOW_RUN_AS_ROOT=1"
+    ompi+=" OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpiexec.openmpi -n 3 --oversubscribe --bind-to none"
+    run openmpi "$ompi"
+    models+="; the bind model with the host's Open MPI under mpiexec.openmpi"
+else
+    step "no Open MPI on the host (mpiexec.openmpi, ompi_info): its bind model not run"
+fi
+step "$models"
