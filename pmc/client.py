@@ -36,6 +36,7 @@ from pmc.openchannel import (
     ChannelError,
     address,
     encode,
+    keepalive,
     proof,
     read_tcp,
     receive,
@@ -270,6 +271,7 @@ def _connect_tcp(dag: str, timeout: float) -> tuple[socket.socket, str]:
             tried.append(f"{where}: {e.strerror or e}")
             continue
         try:
+            keepalive(sock)
             sock.settimeout(timeout)
             hello = receive(sock)
             if hello is None or hello.get("pmc") != GREETING or not isinstance(

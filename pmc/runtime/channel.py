@@ -41,6 +41,7 @@ from pmc.openchannel import (
     ChannelError,
     address,
     encode,
+    keepalive,
     proof,
     receive,
     socket_path,
@@ -218,6 +219,7 @@ class Channel:
         host, port = peer[0], peer[1]
         who = f"{'[' + host + ']' if ':' in host else host}:{port} (TCP)"
         challenge = secrets.token_hex(16)
+        keepalive(conn)
         conn.settimeout(TCP_FIRST_MESSAGE)
         conn.sendall(encode({"pmc": GREETING, "challenge": challenge}))
         expected = proof(self._token_text, challenge).encode()
