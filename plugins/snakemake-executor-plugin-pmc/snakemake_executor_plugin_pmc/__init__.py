@@ -39,6 +39,7 @@ from .batch import BatchJob
 STATUS_CHECK = 0.5  # seconds between looks at the run: a look is one local request
 START_TIMEOUT = 120.0  # seconds for a run (or warm process) started here to be ready
 UNREACHED = 60  # status checks a started batch job's run may not answer before jobs fail
+GONE_WAIT = 30.0  # seconds to hear that a batch job whose run stopped answering ended
 END_WAIT = 600.0  # seconds a closed run's batch job may take to end before it is cancelled
 WARM = str(Path(__file__).with_name("warm.py"))  # run as a script: see its docstring
 
@@ -122,6 +123,7 @@ class Executor(RemoteExecutor):
         self.batch: Optional[BatchJob] = None
         self.client: Optional[Client] = None
         self.waiting: list[tuple[SubmittedJobInfo, dict[str, object]]] = []
+        self.gone: Optional[str] = None  # why a batch job's run stopped answering
         self.unreached = 0  # tries to connect to a batch job's run that has started
         try:
             if settings.site is not None:
@@ -221,12 +223,15 @@ class Executor(RemoteExecutor):
         return None
 
     def _gone(self, error: Exception) -> str:
-        """Why a run stopped answering, in words for a failed job."""
+        """Why a run stopped answering, in words for a failed job (a batch job's end,
+        which the scheduler may take a few seconds to tell, is waited for)."""
         if self.batch is None:
             return f"the pmc run is gone: {error}"
-        why = self.batch.ended(fresh=True)
-        return f"the pmc run is gone ({error}): " + (
-            why or f"its batch job {self.batch.job_id} has not ended yet")
+        if self.gone is None:
+            why = self.batch.wait(GONE_WAIT)
+            self.gone = f"the pmc run is gone ({error}): " + (
+                why or f"its batch job {self.batch.job_id} has not ended yet")
+        return self.gone
 
     def _start_warm(self) -> None:
         """The warm process of this host (see ``warm``), ready to fork jobs."""

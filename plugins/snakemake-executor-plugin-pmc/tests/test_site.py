@@ -7,8 +7,10 @@ is in test_slurm.py."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 PROFILE = """\
@@ -94,6 +96,48 @@ def test_a_batch_job_that_ends_before_its_run_fails_the_jobs_with_the_reason(
     assert said.count("ended: ") == 3 and said.count("before its open run started") == 3, said
     (rundir,) = (tmp_path / ".snakemake" / "pmc").glob("*")
     assert len(list(rundir.glob("run.dag.*.sh"))) == 1
+
+
+GATED = """\
+rule all:
+    input: expand("gated/{i}.txt", i=range(2))
+
+rule gated:
+    output: "gated/{i}.txt"
+    shell: "touch started-{wildcards.i}; while [ ! -e gate ]; do sleep 0.1; done; touch {output}"
+"""
+
+
+def test_a_batch_job_cancelled_while_its_jobs_run_fails_them_with_the_reason(
+        tmp_path: Path) -> None:
+    (tmp_path / "Snakefile").write_text(GATED)
+    (tmp_path / "site.yaml").write_text(PROFILE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "snakemake", "--executor", "pmc", "--jobs", "4",
+         "--keep-going", "--pmc-site", "site.yaml"], cwd=tmp_path, env=env_for(tmp_path),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not all((tmp_path / f"started-{i}").exists() for i in range(2)):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout
+            time.sleep(0.2)
+        (log,) = (tmp_path / ".snakemake" / "log").glob("*.snakemake.log")
+        job = re.search(r"to local as job (\S+)", log.read_text())
+        assert job is not None, log.read_text()
+        cancel = subprocess.run(
+            [sys.executable, "-m", "pmc", "jobs", "cancel", "--scheduler", "local",
+             job.group(1)], cwd=tmp_path, env=env_for(tmp_path), capture_output=True,
+            text=True, timeout=120)
+        assert cancel.returncode == 0, cancel.stderr
+        said, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 1, said
+    assert not (tmp_path / "gated").exists() or not list((tmp_path / "gated").iterdir())
+    assert said.count("the pmc run is gone") == 2, said
+    assert f"the pmc batch job {job.group(1)} ended: " in said, said
 
 
 def test_site_refuses_the_options_of_a_run_started_here(tmp_path: Path) -> None:
