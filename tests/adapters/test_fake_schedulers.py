@@ -456,7 +456,8 @@ def test_a_queued_link_that_starts_after_the_workflow_ended_does_nothing(
 
 
 def _pmc_ranks(work: Path) -> list[int]:
-    """The processes of ``pmc run`` (every rank and keeper) started in ``work``."""
+    """The processes of ``pmc run`` (every rank and keeper) started in ``work``: the
+    tasks of the job step, which Slurm's --signal reaches (not the launcher)."""
     pids = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -466,8 +467,7 @@ def _pmc_ranks(work: Path) -> list[int]:
             cwd = os.readlink(proc / "cwd")
         except OSError:
             continue
-        if cwd == str(work) and any(argv[i:i + 3] == [b"-m", b"pmc", b"run"]
-                                    for i in range(len(argv))):
+        if cwd == str(work) and argv[1:4] == [b"-m", b"pmc", b"run"]:
             pids.append(int(proc.name))
     return pids
 
@@ -518,10 +518,13 @@ def test_a_warning_that_time_is_short_hands_over_to_the_queued_link(fakes: Fakes
         out = fakes.state / f"job-{first}.out"
         _wait_for("the master's warning", lambda: "[warn] Caught signal 10 (SIGUSR1): time "
                   "is short: no task starts any more" in out.read_text())
-        (fakes.work / "release").touch()
-        _, err = submit.communicate(timeout=240)
     finally:
-        submit.kill()
+        # Whatever happened, the task ends and the chain with it.
+        (fakes.work / "release").touch()
+        try:
+            _, err = submit.communicate(timeout=240)
+        finally:
+            submit.kill()
     assert submit.returncode == 0, err
     ended = {e["link"]: e for e in _chain_lines(fakes, "w.dag") if e["event"] == "ended"}
     assert (ended["1"]["status"], ended["1"]["outcome"], ended["1"]["next"]) == (
