@@ -13,11 +13,15 @@ import sys
 import time
 from pathlib import Path
 
+# The run listens on TCP on loopback only (the profile's choice wins over the plugin's
+# default, every interface): Snakemake, on the run's host, takes the Unix socket anyway.
 PROFILE = """\
 site: snakemake-local
 scheduler: local
 nodes: 1
 ranks_per_node: 3
+pmc:
+  open_tcp: 127.0.0.1
 """
 
 SNAKEFILE = """\
@@ -73,6 +77,7 @@ def test_jobs_run_in_one_batch_job_submitted_from_a_site_profile(tmp_path: Path)
     (rundir,) = (tmp_path / ".snakemake" / "pmc").glob("*")
     scripts = list(rundir.glob("run.dag.*.sh"))
     assert len(scripts) == 1, scripts
+    assert "--open-tcp 127.0.0.1 " in scripts[0].read_text()
     assert "submitted" in said and "to local as job" in said
     assert len(local_jobs(tmp_path)) == 1, local_jobs(tmp_path)
     assert "job(s) handed to it" in said
