@@ -198,3 +198,18 @@ def test_tcp_options_refused_and_a_port_taken(tmp_path, runs):
         assert _address(dag) == ("127.0.0.1", port + 1)
         code, _out, err = run.finish()
         assert code == 0, err
+
+
+def test_an_interface_by_its_name(tmp_path, runs):
+    """``--open-tcp lo``: the interface's address (loopback's, here), written for
+    clients; a client reaches the run through it."""
+    dag = write_dag(tmp_path / "wf.dag", f"TASK A {LOG.format(name='A')}\n")
+    run = OpenRun(dag, "--open-tcp", "lo")
+    runs.append(run)
+    host, port = _address(dag)
+    with Client.connect(str(dag), channel="tcp") as client:
+        assert client._sock.getpeername() == (host, port)
+        assert client.info()["tasks"] == 1
+    code, _out, err = run.finish()
+    assert code == 0, err
+    assert f"listening on TCP at 127.0.0.1:{port}" in err
