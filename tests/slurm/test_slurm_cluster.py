@@ -1,8 +1,9 @@
 """Real DAGs through the real one-node Slurm cluster (ci/slurm-up.sh): submit, status,
 a failing task then resume, cancel (and cancel of an unknown job), the pending reason,
 and a continuation chain across allocations, both from ``pmc submit --until-done`` (each
-link queued behind the one before as that one starts: Slurm's SubmitTime of the next
-before EndTime of the last, and nothing left in the queue at the end) and from ``pmc
+link queued behind the one before as that one starts: pmc jobs status shows it pending
+with the reason Dependency, Slurm's SubmitTime of the next before EndTime of the last,
+and nothing left in the queue at the end) and from ``pmc
 script --until-done --follow-up at-end`` saved and submitted with sbatch by hand."""
 
 from __future__ import annotations
@@ -250,10 +251,35 @@ def check_chain(cwd: Path, names: list[str], first: str, ahead: bool) -> None:
             assert f"submitted job {job} as link {i} of at most 6 in chain {first}" in out
 
 
+def check_queued_link(cwd: Path, first: str) -> None:
+    """While link 1 runs (20 s), pmc jobs status shows link 2 pending behind it, held by
+    its dependency."""
+    deadline = time.monotonic() + 120
+    while True:
+        queued = [e["job"] for e in chain_events(cwd)
+                  if e["event"] == "submitted" and e["link"] == "2"]
+        if queued:
+            report = pmc(cwd, "jobs", "status", "--scheduler", "slurm", first)
+            assert report.returncode == 0, report.stderr
+            if "RUNNING" in report.stdout:
+                break
+        assert time.monotonic() < deadline, f"link 2 never queued behind a running link 1: " \
+            f"{chain_events(cwd)}"
+        time.sleep(0.5)
+    assert report.stdout.splitlines() == [
+        f"chain {first} ({cwd / 'long.dag.chain'}): 2 links, running (link 1); link 2 "
+        f"(job {queued[0]}) queued behind it",
+        f"  link 1: job {first} RUNNING (native: RUNNING); pmc run has not ended",
+        f"  link 2: job {queued[0]} PENDING (native: PENDING, reason: Dependency); not started",
+    ], report.stdout
+
+
 def test_until_done_chain_from_pmc_submit(tmp_path: Path) -> None:
-    """The default: each link queues the next behind itself as it starts."""
+    """The default: each link queues the next behind itself as it starts; pmc jobs
+    status shows it queued while the link before runs."""
     names = long_dag(tmp_path)
     first = submit(tmp_path, "--site", "site.yaml", "--until-done", "--max-jobs", "6", "long.dag")
+    check_queued_link(tmp_path, first)
     check_chain(tmp_path, names, first, ahead=True)
 
 
