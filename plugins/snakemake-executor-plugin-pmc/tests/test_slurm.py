@@ -1,8 +1,13 @@
-"""A Snakefile of many short jobs inside one job of the real (one-node) Slurm started
-by pmc's ci/slurm-up.sh: Snakemake runs in the batch job, its jobs are tasks of one pmc
-open run there, and Slurm sees that one job only; with warm starts (each job's
-Snakemake forked from one that imported Snakemake). The count is $PMC_SNAKEMAKE_JOBS
-(default 500)."""
+"""Snakefiles through the real (one-node) Slurm started by pmc's ci/slurm-up.sh.
+
+Many short jobs inside one Slurm job: Snakemake runs in the batch job, its jobs are
+tasks of one pmc open run there, and Slurm sees that one job only; with warm starts
+(each job's Snakemake forked from one that imported Snakemake). The count is
+$PMC_SNAKEMAKE_JOBS (default 500).
+
+``--pmc-site``: Snakemake runs outside Slurm (as on a login node) and pmc's batch wing
+submits ONE Slurm job from a site profile, whose open run takes Snakemake's jobs; a job
+that ends before its run fails Snakemake's jobs with the reason."""
 
 from __future__ import annotations
 
@@ -15,6 +20,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+REPO = Path(__file__).resolve().parents[3]
 
 pytestmark = pytest.mark.slurm
 
@@ -78,3 +85,74 @@ def test_a_snakefile_of_many_short_jobs_runs_inside_one_slurm_job(tmp_path: Path
     (records,) = (tmp_path / ".snakemake" / "pmc").glob("*/pmc.out")
     assert f'stat="ok", tasks={count}, submitted={count}, succeeded={count}' in \
         records.read_text().splitlines()[0]
+
+
+SITE_SNAKEFILE = """\
+rule all:
+    input: expand("out/{i}.txt", i=range(10)), "bad.txt"
+
+rule short:
+    output: "out/{i}.txt"
+    shell: "echo {wildcards.i} $SLURM_JOB_ID > {output}"
+
+rule bad:
+    output: "bad.txt"
+    shell: "echo boom-in-the-slurm-job >&2; exit 3"
+"""
+
+
+def site_snakemake(cwd: Path, profile: str) -> subprocess.CompletedProcess[str]:
+    """Snakemake with --pmc-site, outside any Slurm job (as on a login node)."""
+    (cwd / "Snakefile").write_text(SITE_SNAKEFILE)
+    (cwd / "site.yaml").write_text(profile)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMC_", "SLURM_"))}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", "--executor", "pmc", "--jobs", "20",
+         "--keep-going", "--latency-wait", "60", "--pmc-site", "site.yaml"],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=1800)
+
+
+def local_profile(extra: str = "") -> str:
+    """The one-node Slurm's profile; its run listens on TCP on loopback only."""
+    text = (REPO / "configs" / "site-slurm-local.yaml").read_text()
+    return text.replace("walltime: 00:05:00", "walltime: 00:10:00") + \
+        "pmc:\n  open_tcp: 127.0.0.1\n" + extra
+
+
+def test_site_submits_one_slurm_job_that_runs_every_job(tmp_path: Path) -> None:
+    slurm_up()
+    since = time.strftime("%Y-%m-%dT%H:%M:%S")
+    time.sleep(1.1)
+    r = site_snakemake(tmp_path, local_profile())
+    said = r.stdout + r.stderr
+    assert r.returncode == 1, said  # the bad job failed, the others did not
+    (job,) = jobs_since(since, tmp_path)  # exactly one Slurm job
+    outputs = sorted((tmp_path / "out").glob("*.txt"))
+    assert len(outputs) == 10
+    assert {p.read_text().split()[1] for p in outputs} == {job}  # all inside it
+    assert f"to slurm as job {job}" in said
+    assert "failed (exit code 1)" in said
+    (log,) = (tmp_path / ".snakemake" / "pmc_logs").glob("bad-*.log")
+    assert "boom-in-the-slurm-job" in log.read_text()
+    # Snakemake closed the run and saw the job end (pmc run: 1, a task failed).
+    assert f"the pmc batch job {job} ended: {job} FAILED" in said, said
+    (rundir,) = (tmp_path / ".snakemake" / "pmc").glob("*")
+    done = [line for line in (rundir / "run.dag.rescue").read_text().splitlines()
+            if line.startswith("DONE ")]
+    assert len(done) == 10
+    for leftover in (".sock", ".token", ".tcp"):
+        assert not (rundir / f"run.dag{leftover}").exists(), leftover
+
+
+def test_site_a_slurm_job_that_ends_before_its_run_fails_the_jobs(tmp_path: Path) -> None:
+    slurm_up()
+    since = time.strftime("%Y-%m-%dT%H:%M:%S")
+    time.sleep(1.1)
+    r = site_snakemake(tmp_path, local_profile("setup:\n  - exit 5\n"))
+    said = r.stdout + r.stderr
+    assert r.returncode == 1, said
+    (job,) = jobs_since(since, tmp_path)
+    assert not (tmp_path / "out").exists()
+    reason = f"the pmc batch job {job} ended: {job} FAILED"
+    assert said.count(reason) == 11 and said.count("before its open run started") == 11, said
