@@ -12,6 +12,9 @@ the whole work is ``--work`` seconds on ``--slots`` slots (the sum of runtimes i
 slots); each asks for one cpu, and its priority (``-p``) is its level in the DAG (roots
 are level 1), as Pegasus assigns priorities by level: later tasks first, so that a
 started branch is finished before new ones are opened.
+Every TASK line has the ``#@ SEQ TRANSFORMATION DAX_ID`` line Pegasus writes before it,
+the transformation being the recipe's task type: nothing else tells pmc's critical-path
+order what a task will take (it learns one mean runtime per transformation as tasks end).
 
 For each DAG the benchmark computes the zero-overhead list schedule: ``--slots`` slots,
 no cost to start, end or hand over a task, and at every moment the free slots take the
@@ -52,11 +55,13 @@ RUNNERS = ("embedded", "dropin", "reference", "critical")
 
 @dataclass
 class Shape:
-    """A workflow's tasks in DAG order (a topological order), their runtimes in seconds
-    and their edges (parent index, child index)."""
+    """A workflow's tasks in DAG order (a topological order), their transformations (what
+    Pegasus names in a ``#@`` line), their runtimes in seconds and their edges (parent
+    index, child index)."""
 
     recipe: str
     names: list[str]
+    kinds: list[str]
     runtimes: list[float]
     edges: list[tuple[int, int]]
 
@@ -93,8 +98,8 @@ class Shape:
     def scaled(self, work: float, slots: int) -> Shape:
         total = sum(self.runtimes)
         k = work * slots / total if total > 0 else 0.0
-        return Shape(self.recipe, self.names, [round(r * k, 6) for r in self.runtimes],
-                     self.edges)
+        return Shape(self.recipe, self.names, self.kinds,
+                     [round(r * k, 6) for r in self.runtimes], self.edges)
 
 
 def make_shape(recipe: str, tasks: int, seed: int) -> Shape:
@@ -126,9 +131,10 @@ def make_shape(recipe: str, tasks: int, seed: int) -> Shape:
             if pending[c] == 0:
                 heapq.heappush(ready, position[c])
     index = {n: i for i, n in enumerate(order)}
-    runtimes = [float(wf.nodes[n]["task"].runtime) for n in order]
+    tasks = [wf.nodes[n]["task"] for n in order]
     edges = sorted((index[p], index[c]) for p, c in wf.edges)
-    return Shape(recipe, [_name(n) for n in order], runtimes, edges)
+    return Shape(recipe, [_name(n) for n in order], [_name(t.category or t.name) for t in tasks],
+                 [float(t.runtime) for t in tasks], edges)
 
 
 def _name(node: str) -> str:
@@ -136,10 +142,15 @@ def _name(node: str) -> str:
 
 
 def write_dag(path: Path, shape: Shape) -> None:
+    """The DAG as Pegasus writes one: a ``#@ SEQ TRANSFORMATION DAX_ID`` line before every
+    TASK (what pmc's critical-path order learns runtimes by, one mean per transformation),
+    the level as ``-p``."""
     levels = shape.levels()
     with open(path, "w") as f:
-        for name, runtime, level in zip(shape.names, shape.runtimes, levels, strict=True):
-            f.write(f"TASK {name} -p {level} /bin/sleep {runtime:.6f}\n")
+        for seq, (name, kind, runtime, level) in enumerate(
+                zip(shape.names, shape.kinds, shape.runtimes, levels, strict=True), 1):
+            f.write(f"#@ {seq} {kind} ID{seq:07d}\n"
+                    f"TASK {name} -p {level} /bin/sleep {runtime:.6f}\n")
         for p, c in shape.edges:
             f.write(f"EDGE {shape.names[p]} {shape.names[c]}\n")
 
