@@ -23,7 +23,9 @@ Each runner's makespan — the wall time of the whole command, start-up and shut
 included — is then given as a ratio to that schedule. With ``--schedule critical-path``
 as a runner's flags, the ideal it is held against is the list schedule that orders by
 the longest remaining path (the task's own runtime and the longest chain of runtimes
-after it), which is also computed and shown.
+after it), which is also computed and shown; and beside it the same order with runtimes
+learned as pmc learns them (``learned_schedule``): what any order that starts knowing
+nothing of the runtimes can reach.
 
 Runners (``--runners``), in one round each by turns, rounds interleaved:
 - ``embedded``: ``pmc run --workers SLOTS --host-cpus SLOTS`` (no MPI);
@@ -180,6 +182,51 @@ def list_schedule(shape: Shape, slots: int, key: Callable[[int], object]) -> flo
     return now
 
 
+def learned_schedule(shape: Shape, slots: int) -> float:
+    """The zero-overhead makespan of the longest-path order when runtimes are not given
+    but learned as ``--schedule critical-path`` learns them: one mean per transformation
+    of the tries ended so far (before any of a kind has ended, the mean of the kinds
+    seen; before anything has ended, 1 s each), the paths computed again at every end.
+    The best any order that learns this way can do: its first choices are made blind."""
+    kinds, children, waiting = shape.kinds, shape.children(), shape.parents()
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    levels = shape.levels()
+
+    def paths() -> list[float]:
+        known = [sums[k] / counts[k] for k in counts]
+        default = sum(known) / len(known) if known else 1.0
+        own = [sums[k] / counts[k] if k in counts else default for k in kinds]
+        bottom = list(own)
+        for p in reversed(range(len(kinds))):
+            if children[p]:
+                bottom[p] = own[p] + max(bottom[c] for c in children[p])
+        return bottom
+
+    bottom = paths()
+    ready = [t for t in range(len(kinds)) if waiting[t] == 0]
+    running: list[tuple[float, int]] = []
+    now = 0.0
+    while ready or running:
+        ready.sort(key=lambda t: (-bottom[t], -levels[t], t))
+        while ready and len(running) < slots:
+            t = ready.pop(0)
+            heapq.heappush(running, (now + shape.runtimes[t], t))
+        now, t = heapq.heappop(running)
+        ended = [t]
+        while running and running[0][0] == now:
+            ended.append(heapq.heappop(running)[1])
+        for t in ended:
+            sums[kinds[t]] = sums.get(kinds[t], 0.0) + shape.runtimes[t]
+            counts[kinds[t]] = counts.get(kinds[t], 0) + 1
+            for c in children[t]:
+                waiting[c] -= 1
+                if waiting[c] == 0:
+                    ready.append(c)
+        bottom = paths()
+    return now
+
+
 def ideals(shape: Shape, slots: int) -> tuple[float, float]:
     """(priority-order makespan, longest-path-order makespan)."""
     levels = shape.levels()
@@ -253,8 +300,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         write_dag(path, shape)
         best, best_path = ideals(shape, args.slots)
         dags[recipe] = (path, best, best_path, len(shape.names), len(shape.edges))
+        learned = learned_schedule(shape, args.slots)
         print(f"# {recipe}: {len(shape.names)} tasks, {len(shape.edges)} edges, ideal "
-              f"{best:.2f} s by priority, {best_path:.2f} s by longest path", flush=True)
+              f"{best:.2f} s by priority, {best_path:.2f} s by longest path, "
+              f"{learned:.2f} s by longest path learned per transformation "
+              f"({learned / best_path:.3f}x)", flush=True)
     walls: dict[tuple[str, str], list[float]] = {}
     if not args.ideal_only:
         for _ in range(args.rounds):
