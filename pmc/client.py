@@ -166,6 +166,11 @@ class Client:
         sock, challenge = _connect_tcp(dag, timeout)
         return cls(dag, sock, proof(token, challenge))
 
+    @property
+    def channel(self) -> str:
+        """The channel this client reached the run through: "unix" or "tcp"."""
+        return "unix" if self._sock.family == socket.AF_UNIX else "tcp"
+
     def request(self, op: str, **fields: Any) -> dict[str, Any]:
         """One request and the run's reply; raises SubmitError if it refused it."""
         with self._lock:

@@ -32,7 +32,7 @@ from snakemake_interface_executor_plugins.settings import (
     ExecutorSettingsBase,
 )
 
-from pmc.client import ChannelError, Client, SubmitError
+from pmc.client import CHANNELS, ChannelError, Client, SubmitError
 
 from .batch import BatchJob
 
@@ -83,6 +83,11 @@ class ExecutorSettings(ExecutorSettingsBase):
         metadata={"help": "with --pmc-site: more 'pmc submit' options, e.g. '--walltime "
                   "2:00:00 --nodes 4 --set pmc.tries=2'", "env_var": False,
                   "required": False})
+    channel: Optional[str] = field(
+        default=None,
+        metadata={"help": "how Snakemake reaches the run: auto (default: its Unix socket, "
+                  "else TCP when the run is on another host), unix or tcp",
+                  "env_var": False, "required": False})
     tcp: Optional[str] = field(
         default=None,
         metadata={"help": "with --pmc-site: where the run listens on TCP for a Snakemake "
@@ -135,7 +140,7 @@ class Executor(RemoteExecutor):
                     self.dag = str(Path(settings.dag).resolve())
                 else:
                     self.dag = self._start_run()
-                self.client = Client.connect(self.dag)
+                self.client = self._connect()
         except (ChannelError, WorkflowError) as e:
             self._stop_started()  # nothing started here outlives the error
             raise WorkflowError(f"pmc: {e}" if isinstance(e, ChannelError) else e) from e
@@ -175,6 +180,13 @@ class Executor(RemoteExecutor):
             time.sleep(0.1)
         return str(dag)
 
+    def _connect(self) -> Client:
+        channel = self.settings.channel or "auto"
+        if channel not in CHANNELS:
+            raise WorkflowError(f"pmc: --pmc-channel must be one of {', '.join(CHANNELS)}, "
+                                f"not {channel!r}")
+        return Client.connect(self.dag, channel=channel)
+
     def _submit_batch(self) -> None:
         """Have pmc's batch wing submit the run as one batch job (``--pmc-site``);
         Snakemake's jobs wait for it to start (``_reach_run``)."""
@@ -207,7 +219,7 @@ class Executor(RemoteExecutor):
             return None if why is None else f"{why}, before its open run started " \
                 f"(the batch script and its output: {Path(self.dag).parent})"
         try:
-            self.client = Client.connect(self.dag)
+            self.client = self._connect()
         except ChannelError as e:
             self.unreached += 1
             why = self.batch.ended(fresh=True)
@@ -215,7 +227,8 @@ class Executor(RemoteExecutor):
                 return None  # (a run just starting, or ending)
             return why or f"the open run of batch job {self.batch.job_id} cannot be " \
                 f"reached: {e}"
-        self.logger.info(f"pmc: batch job {self.batch.job_id}'s open run reached; "
+        via = "TCP" if self.client.channel == "tcp" else "its Unix socket"
+        self.logger.info(f"pmc: batch job {self.batch.job_id}'s open run reached over {via}; "
                          f"{len(self.waiting)} job(s) handed to it")
         waiting, self.waiting = self.waiting, []
         for info, request in waiting:
@@ -343,6 +356,8 @@ class Executor(RemoteExecutor):
     async def check_active_jobs(
         self, active_jobs: list[SubmittedJobInfo]
     ) -> AsyncGenerator[SubmittedJobInfo, None]:
+        if not active_jobs:  # (also: called before __post_init__ has run)
+            return
         if self.client is None and self.batch is not None:
             why = self._reach_run()
             if self.client is None:
