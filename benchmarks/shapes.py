@@ -157,9 +157,12 @@ def write_dag(path: Path, shape: Shape) -> None:
             f.write(f"EDGE {shape.names[p]} {shape.names[c]}\n")
 
 
-def list_schedule(shape: Shape, slots: int, key: Callable[[int], object]) -> float:
+def list_schedule(shape: Shape, slots: int, key: Callable[[int], object],
+                  learn: Callable[[list[int]], None] | None = None) -> float:
     """The makespan of the zero-overhead list schedule on ``slots`` slots, ready tasks
-    taken smallest ``key`` first."""
+    taken smallest ``key`` first. ``learn``, when given, is told of the tasks that end at
+    each moment, and the ready tasks are then keyed again (what it learned may change
+    their keys)."""
     children = shape.children()
     waiting = shape.parents()
     ready = [(key(t), t) for t in range(len(shape.names)) if waiting[t] == 0]
@@ -174,6 +177,10 @@ def list_schedule(shape: Shape, slots: int, key: Callable[[int], object]) -> flo
         ended = [t]
         while running and running[0][0] == now:
             ended.append(heapq.heappop(running)[1])
+        if learn is not None:
+            learn(ended)
+            ready = [(key(t), t) for _, t in ready]
+            heapq.heapify(ready)
         for t in ended:
             for c in children[t]:
                 waiting[c] -= 1
@@ -188,43 +195,27 @@ def learned_schedule(shape: Shape, slots: int) -> float:
     of the tries ended so far (before any of a kind has ended, the mean of the kinds
     seen; before anything has ended, 1 s each), the paths computed again at every end.
     The best any order that learns this way can do: its first choices are made blind."""
-    kinds, children, waiting = shape.kinds, shape.children(), shape.parents()
+    kinds, children, levels = shape.kinds, shape.children(), shape.levels()
     sums: dict[str, float] = {}
     counts: dict[str, int] = {}
-    levels = shape.levels()
+    bottom = [0.0] * len(kinds)
 
-    def paths() -> list[float]:
+    def paths() -> None:
         known = [sums[k] / counts[k] for k in counts]
         default = sum(known) / len(known) if known else 1.0
-        own = [sums[k] / counts[k] if k in counts else default for k in kinds]
-        bottom = list(own)
         for p in reversed(range(len(kinds))):
-            if children[p]:
-                bottom[p] = own[p] + max(bottom[c] for c in children[p])
-        return bottom
+            k = kinds[p]
+            own = sums[k] / counts[k] if k in counts else default
+            bottom[p] = own + max((bottom[c] for c in children[p]), default=0.0)
 
-    bottom = paths()
-    ready = [t for t in range(len(kinds)) if waiting[t] == 0]
-    running: list[tuple[float, int]] = []
-    now = 0.0
-    while ready or running:
-        ready.sort(key=lambda t: (-bottom[t], -levels[t], t))
-        while ready and len(running) < slots:
-            t = ready.pop(0)
-            heapq.heappush(running, (now + shape.runtimes[t], t))
-        now, t = heapq.heappop(running)
-        ended = [t]
-        while running and running[0][0] == now:
-            ended.append(heapq.heappop(running)[1])
+    def learn(ended: list[int]) -> None:
         for t in ended:
             sums[kinds[t]] = sums.get(kinds[t], 0.0) + shape.runtimes[t]
             counts[kinds[t]] = counts.get(kinds[t], 0) + 1
-            for c in children[t]:
-                waiting[c] -= 1
-                if waiting[c] == 0:
-                    ready.append(c)
-        bottom = paths()
-    return now
+        paths()
+
+    paths()
+    return list_schedule(shape, slots, lambda t: (-bottom[t], -levels[t], t), learn)
 
 
 def ideals(shape: Shape, slots: int) -> tuple[float, float]:
