@@ -142,8 +142,8 @@ def test_shapes_list_schedule_by_hand() -> None:
     from shapes import Shape, ideals, list_schedule
 
     # a (1 s) -> b (3 s), c (1 s), d (1 s); c -> e (1 s); one slot free at a time after a.
-    shape = Shape("hand", ["a", "b", "c", "d", "e"], [1.0, 3.0, 1.0, 1.0, 1.0],
-                  [(0, 1), (0, 2), (0, 3), (2, 4)])
+    shape = Shape("hand", ["a", "b", "c", "d", "e"], ["x", "y", "x", "x", "x"],
+                  [1.0, 3.0, 1.0, 1.0, 1.0], [(0, 1), (0, 2), (0, 3), (2, 4)])
     assert shape.levels() == [1, 2, 2, 2, 3]
     assert shape.bottom_levels() == [4.0, 3.0, 2.0, 1.0, 1.0]
     # By DAG order on 2 slots: a; b and c; d at 2 beside b; e at 3 beside b: ends at 4.
@@ -160,7 +160,21 @@ def test_shapes_longest_path_beats_levels() -> None:
     from shapes import Shape, ideals
 
     # Three roots at level 1; the long chain hangs off the last in DAG order.
-    wide = Shape("hand", ["s", "t", "l", "l1"], [2.0, 2.0, 1.0, 4.0], [(2, 3)])
+    wide = Shape("hand", ["s", "t", "l", "l1"], ["x"] * 4, [2.0, 2.0, 1.0, 4.0], [(2, 3)])
     # By level the roots go in DAG order (s, t, then l: l1 runs 3-7); by path l first.
     assert ideals(wide, 2) == (7.0, 5.0)
     assert ideals(wide, 1) == (9.0, 9.0)  # one slot: all of it, whatever the order
+
+
+def test_shapes_learned_schedule_starts_blind() -> None:
+    from shapes import Shape, ideals, learned_schedule
+
+    # Roots p and q (kind k, 1 s each) and r (kind m, 6 s); q before q1 (kind c, 4 s).
+    blind = Shape("hand", ["p", "q", "q1", "r"], ["k", "k", "c", "m"], [1.0, 1.0, 4.0, 6.0],
+                  [(1, 2)])
+    # Knowing the runtimes, on 2 slots: r and q at 0, q1 1-5, p 5-6 beside r: 6 s.
+    assert ideals(blind, 2)[1] == 6.0
+    # Learning them: every task is 1 s at the start, so q (a path of two) and p (first
+    # in DAG order) start; at 1 only k is known, q1 and r look alike and both start:
+    # r ends at 7.
+    assert learned_schedule(blind, 2) == 7.0
