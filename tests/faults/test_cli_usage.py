@@ -30,6 +30,7 @@ BAD = {
     "ref_positive_int": ["0", "-1", "x", "0.9", "", "1_0", "1e3", "12abc"],
     "ref_nonneg_int": ["-1", "x", "1e3", "1_0", "\uff11", "12abc", ".5"],
     "minutes": ["-1", "nan", "inf", "x", "-inf", "", "1_0", "5m"],
+    "listen_address": ["", "[::1", "h:99999", "a b", ":x", "[::1]x", "h:9-8", "bad$host"],
     "port_or_range": ["65536", "-1", "x", "99999999999", "9-8", "0-5", "1-2-3", "1-"],
     "seconds": ["0", "-1", "nan", "inf", "x", ""],
     "nonneg_seconds": ["-1", "nan", "inf", "x", ""],
