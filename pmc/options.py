@@ -207,12 +207,10 @@ OPTIONS: tuple[Option, ...] = (
            "DAG.added and read again by a later run of the DAG",
            kind="flag", extension=True, profile="pmc.open"),
     Option(("--open-tcp",), "open_tcp",
-           "an open run also listens on TCP, for clients on other hosts (Client.connect, "
-           "pmc add and pmc close find it through DAG.tcp, beside the DAG, when the Unix "
-           "socket cannot be reached): HOST an address, a host name, an interface (ib0) "
-           "or * (default: every interface), PORT a port or FIRST-LAST (default 0: any "
-           "free port); implies --open", metavar="[HOST][:PORT]", type=listen_address,
-           extension=True, profile="pmc.open_tcp"),
+           "an open run also listens on TCP, for clients elsewhere (found in DAG.tcp): "
+           "HOST an address, host name, interface or * (all, the default), PORT a port or "
+           "FIRST-LAST (0, the default: any free); implies --open", metavar="[HOST][:PORT]",
+           type=listen_address, extension=True, profile="pmc.open_tcp"),
     Option(("--log-format",), "log_format",
            "log lines as text (default) or one JSON object per line",
            choices=("text", "json"), default="text", extension=True,
@@ -341,8 +339,6 @@ class RunOptions(NamedTuple):
     @property
     def rescue_path(self) -> str:
         return self.rescue or f"{self.dag}.rescue"
-
-
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
