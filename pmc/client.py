@@ -36,6 +36,7 @@ from pmc.openchannel import (
     ChannelError,
     address,
     encode,
+    host_port,
     keepalive,
     proof,
     read_tcp,
@@ -269,7 +270,7 @@ def _connect_tcp(dag: str, timeout: float) -> tuple[socket.socket, str]:
                            f"{e.strerror}") from None
     tried = []
     for host, port in hosts:
-        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        where = host_port(host, port)
         try:
             sock = socket.create_connection((host, port), timeout=min(timeout, TCP_CONNECT))
         except OSError as e:

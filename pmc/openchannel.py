@@ -66,6 +66,11 @@ def tcp_text(port: int, hosts: list[str]) -> str:
     return json.dumps({"port": port, "hosts": hosts}) + "\n"
 
 
+def host_port(host: str, port: int) -> str:
+    """``host:port`` as written for people, an IPv6 address in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def read_tcp(dag: str) -> list[tuple[str, int]]:
     """The (host, port) pairs of the open run's TCP channel, to try in order. Raises
     OSError when there is no address file, ChannelError when it is not one."""

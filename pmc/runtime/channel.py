@@ -41,6 +41,7 @@ from pmc.openchannel import (
     ChannelError,
     address,
     encode,
+    host_port,
     keepalive,
     proof,
     receive,
@@ -109,8 +110,7 @@ class Channel:
             from pmc.runtime.tcplisten import listen
 
             self.tcp, hosts, port = listen(tcp, MAX_CONNECTIONS)
-            self.tcp_where = ", ".join(f"{h}:{port}" if ":" not in h else f"[{h}]:{port}"
-                                       for h in hosts)
+            self.tcp_where = ", ".join(host_port(h, port) for h in hosts)
             tcp_file_text = tcp_text(port, hosts)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         where, fd = address(self.path)
@@ -217,7 +217,7 @@ class Channel:
 
     def _serve_tcp(self, conn: socket.socket, peer: Any) -> None:
         host, port = peer[0], peer[1]
-        who = f"{'[' + host + ']' if ':' in host else host}:{port} (TCP)"
+        who = f"{host_port(host, port)} (TCP)"
         challenge = secrets.token_hex(16)
         keepalive(conn)
         conn.settimeout(TCP_FIRST_MESSAGE)
