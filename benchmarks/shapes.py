@@ -25,14 +25,23 @@ as a runner's flags, the ideal it is held against is the list schedule that orde
 the longest remaining path (the task's own runtime and the longest chain of runtimes
 after it), which is also computed and shown; and beside it the same order with runtimes
 learned as pmc learns them (``learned_schedule``): what any order that starts knowing
-nothing of the runtimes can reach.
+nothing of the runtimes can reach; and the same order with the paths weighed by each
+transformation's mean runtime over the whole DAG, the tasks still taking their own
+(``given_schedule``): what an order told one figure per transformation can reach, as a
+catalog's runtime per transformation (Pegasus's ``runtime`` profile) would tell it.
 
 Runners (``--runners``), in one round each by turns, rounds interleaved:
 - ``embedded``: ``pmc run --workers SLOTS --host-cpus SLOTS`` (no MPI);
 - ``dropin``: ``mpiexec -n SLOTS+1 pegasus-mpi-cluster --host-cpus SLOTS`` (the pip MPI);
 - ``reference``: the reference under ``/usr/bin/mpiexec.openmpi -n SLOTS+1`` (with
   ``--reference PATH``);
-- ``critical``: embedded with ``--schedule critical-path``.
+- ``critical``: embedded with ``--schedule critical-path``;
+- ``critical-given``: the same on its own copy of the DAG (``RECIPE.given.dag``) in which
+  every TASK line carries ``--expected-runtime S`` (a pmc extension the reference
+  refuses), S the mean runtime of the task's transformation over the DAG; held against
+  the longest-path schedule too. Not run by default (one more run of every recipe):
+  ``--runners embedded,dropin,reference,critical,critical-given``.
+The other runners all run the same DAG, which has no ``--expected-runtime``.
 """
 
 from __future__ import annotations
@@ -52,7 +61,9 @@ from pathlib import Path
 from _common import PYTHON, machine, median, mpiexec, pmc_env, reference_launch, workdir
 
 RECIPES = ("montage", "epigenomics", "seismology", "cycles", "soykb", "genome", "blast", "bwa")
-RUNNERS = ("embedded", "dropin", "reference", "critical")
+RUNNERS = ("embedded", "dropin", "reference", "critical", "critical-given")
+DEFAULT_RUNNERS = "embedded,dropin,reference,critical"
+PATH_RUNNERS = ("critical", "critical-given")  # held against the longest-path schedule
 
 
 @dataclass
@@ -88,14 +99,25 @@ class Shape:
                 level[c] = max(level[c], level[p] + 1)
         return level
 
-    def bottom_levels(self) -> list[float]:
-        """The longest path from each task to an end, its own runtime included."""
+    def bottom_levels(self, weights: Sequence[float] | None = None) -> list[float]:
+        """The longest path from each task to an end, its own runtime included; the paths
+        weighed by ``weights`` (one per task) in place of the runtimes when given."""
+        own = self.runtimes if weights is None else weights
         children = self.children()
-        bottom = list(self.runtimes)
+        bottom = list(own)
         for p in reversed(range(len(self.names))):
             if children[p]:
-                bottom[p] = self.runtimes[p] + max(bottom[c] for c in children[p])
+                bottom[p] = own[p] + max(bottom[c] for c in children[p])
         return bottom
+
+    def kind_means(self) -> list[float]:
+        """Each task's transformation's mean runtime over the whole DAG."""
+        sums: dict[str, float] = {}
+        counts: dict[str, int] = {}
+        for kind, runtime in zip(self.kinds, self.runtimes, strict=True):
+            sums[kind] = sums.get(kind, 0.0) + runtime
+            counts[kind] = counts.get(kind, 0) + 1
+        return [sums[k] / counts[k] for k in self.kinds]
 
     def scaled(self, work: float, slots: int) -> Shape:
         total = sum(self.runtimes)
@@ -143,16 +165,19 @@ def _name(node: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "_-." else "_" for ch in node)
 
 
-def write_dag(path: Path, shape: Shape) -> None:
+def write_dag(path: Path, shape: Shape, expected: Sequence[float] | None = None) -> None:
     """The DAG as Pegasus writes one: a ``#@ SEQ TRANSFORMATION DAX_ID`` line before every
     TASK (what pmc's critical-path order learns runtimes by, one mean per transformation),
-    the level as ``-p``."""
+    the level as ``-p``; with ``expected`` (one per task), ``--expected-runtime S`` on
+    every TASK line."""
     levels = shape.levels()
+    given = [""] * len(levels) if expected is None else [
+        f" --expected-runtime {s!r}" for s in expected]  # repr: read back the same float
     with open(path, "w") as f:
-        for seq, (name, kind, runtime, level) in enumerate(
-                zip(shape.names, shape.kinds, shape.runtimes, levels, strict=True), 1):
+        for seq, (name, kind, runtime, level, option) in enumerate(
+                zip(shape.names, shape.kinds, shape.runtimes, levels, given, strict=True), 1):
             f.write(f"#@ {seq} {kind} ID{seq:07d}\n"
-                    f"TASK {name} -p {level} /bin/sleep {runtime:.6f}\n")
+                    f"TASK {name} -p {level}{option} /bin/sleep {runtime:.6f}\n")
         for p, c in shape.edges:
             f.write(f"EDGE {shape.names[p]} {shape.names[c]}\n")
 
@@ -218,6 +243,20 @@ def learned_schedule(shape: Shape, slots: int) -> float:
     return list_schedule(shape, slots, lambda t: (-bottom[t], -levels[t], t), learn)
 
 
+def given_schedule(shape: Shape, slots: int) -> float:
+    """The zero-overhead makespan of the longest-path order when every task's runtime is
+    given as its transformation's mean (``critical-given``'s ``--expected-runtime``): the
+    paths weighed by the means, the tasks taking their own runtimes."""
+    levels = shape.levels()
+    bottom = shape.bottom_levels(shape.kind_means())
+    return list_schedule(shape, slots, lambda t: (-bottom[t], -levels[t], t))
+
+
+def given_dag(dag: Path) -> Path:
+    """``critical-given``'s copy of a recipe's DAG."""
+    return dag.with_suffix(".given.dag")
+
+
 def ideals(shape: Shape, slots: int) -> tuple[float, float]:
     """(priority-order makespan, longest-path-order makespan)."""
     levels = shape.levels()
@@ -229,8 +268,8 @@ def ideals(shape: Shape, slots: int) -> tuple[float, float]:
 
 def command(runner: str, dag: Path, slots: int, reference: str | None) -> list[str]:
     quiet = ["-s", "-o", os.devnull, "-e", os.devnull]
-    if runner in ("embedded", "critical"):
-        extra = ["--schedule", "critical-path"] if runner == "critical" else []
+    if runner in ("embedded", *PATH_RUNNERS):
+        extra = ["--schedule", "critical-path"] if runner in PATH_RUNNERS else []
         return [PYTHON, "-m", "pmc", "run", "--local", "--workers", str(slots), "--host-cpus",
                 str(slots), "-q", "-s", "-o", os.devnull, *extra, str(dag)]
     if runner == "dropin":
@@ -268,7 +307,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--slots", type=int, default=8)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=1)
-    ap.add_argument("--runners", default="embedded,dropin,reference,critical")
+    ap.add_argument("--runners", default=DEFAULT_RUNNERS)
     ap.add_argument("--reference", help="a build of the reference pegasus-mpi-cluster")
     ap.add_argument("--keep", help="write the DAGs here (default: a new temporary folder)")
     ap.add_argument("--ideal-only", action="store_true",
@@ -289,19 +328,23 @@ def main(argv: Sequence[str] | None = None) -> None:
         shape = make_shape(recipe, args.tasks, args.seed).scaled(args.work, args.slots)
         path = where / f"{recipe}.dag"
         write_dag(path, shape)
+        write_dag(given_dag(path), shape, shape.kind_means())
         best, best_path = ideals(shape, args.slots)
         dags[recipe] = (path, best, best_path, len(shape.names), len(shape.edges))
         learned = learned_schedule(shape, args.slots)
+        given = given_schedule(shape, args.slots)
         print(f"# {recipe}: {len(shape.names)} tasks, {len(shape.edges)} edges, ideal "
               f"{best:.2f} s by priority, {best_path:.2f} s by longest path, "
               f"{learned:.2f} s by longest path learned per transformation "
-              f"({learned / best_path:.3f}x)", flush=True)
+              f"({learned / best_path:.3f}x), {given:.2f} s by longest path of the "
+              f"transformations' means ({given / best_path:.3f}x)", flush=True)
     walls: dict[tuple[str, str], list[float]] = {}
     if not args.ideal_only:
         for _ in range(args.rounds):
             for recipe, (path, *_rest) in dags.items():
                 for runner in runners:
-                    wall = run_once(runner, path, args.slots, args.reference)
+                    dag = given_dag(path) if runner == "critical-given" else path
+                    wall = run_once(runner, dag, args.slots, args.reference)
                     walls.setdefault((recipe, runner), []).append(wall)
     print(f"{'recipe':<12}{'tasks':>6}{'ideal':>8}{'path':>8}"
           + "".join(f"{r:>20}" for r in runners))
@@ -313,7 +356,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             if not got:
                 cells.append(f"{'-':>20}")
                 continue
-            ideal = best_path if runner == "critical" else best
+            ideal = best_path if runner in PATH_RUNNERS else best
             m = median(got)
             ratio = m / ideal
             worst[runner] = max(worst.get(runner, 0.0), ratio)

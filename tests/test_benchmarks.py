@@ -178,3 +178,61 @@ def test_shapes_learned_schedule_starts_blind() -> None:
     # in DAG order) start; at 1 only k is known, q1 and r look alike and both start:
     # r ends at 7.
     assert learned_schedule(blind, 2) == 7.0
+
+
+def test_shapes_given_dag_carries_each_transformations_mean(tmp_path: Path) -> None:
+    from shapes import Shape, given_dag, write_dag
+
+    from pmc.dag import parse_dag
+
+    # Kind k: 0.1, 0.25 and 0.4 s (mean 0.25); kind m: 1/3 s alone, a mean of many digits.
+    shape = Shape("hand", ["a", "b", "c", "d"], ["k", "m", "k", "k"],
+                  [0.1, 1 / 3, 0.25, 0.4], [(0, 1), (1, 2)])
+    shared = tmp_path / "hand.dag"
+    write_dag(shared, shape)
+    write_dag(given_dag(shared), shape, shape.kind_means())
+    assert given_dag(shared) == tmp_path / "hand.given.dag"
+    assert "--expected-runtime" not in shared.read_text()
+    lines = [ln for ln in given_dag(shared).read_text().splitlines() if ln.startswith("TASK")]
+    assert len(lines) == 4 and all("--expected-runtime" in ln for ln in lines)
+    # pmc reads back the means as written, fractions of a second to the last digit.
+    dag = parse_dag(str(given_dag(shared)))
+    means = [(0.1 + 0.25 + 0.4) / 3, 1 / 3, (0.1 + 0.25 + 0.4) / 3, (0.1 + 0.25 + 0.4) / 3]
+    assert [dag.tasks[i].expected_runtime for i in range(4)] == means
+    assert [dag.tasks[i].priority for i in range(4)] == [1, 2, 3, 1]  # the levels, as before
+    assert all(parse_dag(str(shared)).tasks[i].expected_runtime is None for i in range(4))
+
+
+def test_shapes_given_schedule_weighs_paths_by_the_means() -> None:
+    from shapes import Shape, given_schedule, ideals
+
+    # Roots x (kind k, 1 s), y (kind k, 5 s) and z (kind m, 4 s), on 2 slots.
+    roots = Shape("hand", ["x", "y", "z"], ["k", "k", "m"], [1.0, 5.0, 4.0], [])
+    assert roots.kind_means() == [3.0, 3.0, 4.0]
+    assert roots.bottom_levels(roots.kind_means()) == [3.0, 3.0, 4.0]
+    # Knowing each runtime: y and z at 0, x 4-5: 5 s.
+    assert ideals(roots, 2)[1] == 5.0
+    # Told k's mean, x and y look alike (3 s, below z's 4): z and x (first in DAG order)
+    # start, y at 1 ends at 6.
+    assert given_schedule(roots, 2) == 6.0
+    # With an edge, the means add up along the path: x's chain (3 + 4) goes first.
+    chain = Shape("hand", ["x", "y", "z"], ["k", "k", "m"], [1.0, 5.0, 4.0], [(0, 2)])
+    assert chain.bottom_levels(chain.kind_means()) == [7.0, 3.0, 4.0]
+    assert chain.bottom_levels() == [5.0, 5.0, 4.0]
+    # x and y at 0, z 1-5 beside y: 5 s, as knowing every runtime.
+    assert given_schedule(chain, 2) == 5.0 == ideals(chain, 2)[1]
+
+
+def test_shapes_critical_given_runs_its_dag(tmp_path: Path) -> None:
+    from shapes import Shape, command, given_dag, run_once, write_dag
+
+    # Embedded pmc, ordering by the longest path, runs the DAG with fractional
+    # --expected-runtime to the end (run_once raises on a failure).
+    shape = Shape("hand", ["a", "b", "c"], ["k", "k", "m"], [0.05, 0.15, 0.1], [(0, 2)])
+    dag = given_dag(tmp_path / "hand.dag")
+    write_dag(dag, shape, shape.kind_means())
+    cmd = command("critical-given", dag, 2, None)
+    assert cmd[-3:] == ["--schedule", "critical-path", str(dag)] and "--workers" in cmd
+    run_once("critical-given", dag, 2, None)
+    done = (tmp_path / "hand.given.dag.rescue").read_text().split("\n")
+    assert sorted(done) == ["", "DONE a", "DONE b", "DONE c"]
