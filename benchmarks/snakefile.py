@@ -1,14 +1,16 @@
 """A Snakefile of many short jobs through pmc against snakemake-executor-plugin-slurm,
 on the real (one-node) Slurm, in one run: makespan and jobs submitted to Slurm.
 
-    python benchmarks/snakefile.py [--jobs 500] [--cpus 5] [--together] [--limit S]
-        [--pmc-options '--pmc-warm'] [--keep DIR]
+    python benchmarks/snakefile.py [--jobs 500] [--cpus 5] [--slurm-jobs N] [--together]
+        [--limit S] [--pmc-options '--pmc-warm'] [--keep DIR]
 
 pmc: one batch job (``sbatch -c CPUS``, running ``snakemake --executor pmc``) in which
 every Snakemake job is a task of one pmc open run with CPUS embedded workers. Slurm:
 ``snakemake --executor slurm --jobs CPUS`` on this host, a batch job of one cpu per rule
 instance, at most CPUS of them at once (as the pmc job's CPUS slots; a centre's limit
-of jobs per user works alike; the rest of the node is left to others). Both with the
+of jobs per user works alike; the rest of the node is left to others), or with
+``--slurm-jobs N`` up to N of them submitted at once, Slurm starting as many as the
+node's declared cpus hold (as users with no such limit run the plugin). Both with the
 plugins' defaults but the status command (``squeue``: this cluster keeps no accounting
 for ``sacct``).
 The sides run one after the other, or with ``--together`` at the same time (then each
@@ -149,6 +151,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=500, help="short jobs in the Snakefile")
     ap.add_argument("--cpus", type=int, default=5, help="cpus of the pmc job, and slots "
                     "of both sides (default 5 of the one-node Slurm's 8 declared cpus)")
+    ap.add_argument("--slurm-jobs", type=int,
+                    help="jobs the Slurm side keeps submitted at once (default: CPUS)")
     ap.add_argument("--together", action="store_true",
                     help="run both sides at the same time (default: one after the other)")
     ap.add_argument("--limit", type=float, default=float("inf"),
@@ -159,6 +163,7 @@ def main() -> None:
     args = ap.parse_args()
     root = workdir(args.keep)
     n, cpus = args.jobs, args.cpus
+    slurm_jobs = args.slurm_jobs or cpus
     snake = [PYTHON, "-m", "snakemake", "--jobs", str(n), "--latency-wait", "60",
              "--config", f"count={n}"]
     pmc_cmd = shlex.join([*snake[:3], "--executor", "pmc", "--pmc-workers", str(cpus),
@@ -166,14 +171,15 @@ def main() -> None:
     sides = [("pmc", root / "pmc", batch_job(cpus, f"#!/bin/sh\n{pmc_cmd}\n"), n, args.limit),
              ("slurm", root / "slurm", command(
                  [*snake[:3], "--executor", "slurm", "--slurm-status-command", "squeue",
-                  "--jobs", str(cpus), *snake[5:]]), n, args.limit)]
+                  "--jobs", str(slurm_jobs), *snake[5:]]), n, args.limit)]
     if args.together:
         with ThreadPoolExecutor(len(sides)) as pool:
             results = list(pool.map(lambda s: side(*s), sides))
     else:
         results = [side(*s) for s in sides]
     print(f"machine: {machine()}")
-    print(f"Slurm: one node; {cpus} slots a side; {n} jobs of 'echo i > out/i.txt'; "
+    print(f"Slurm: one node; pmc {cpus} slots, Slurm side at most {slurm_jobs} jobs "
+          f"submitted; {n} jobs of 'echo i > out/i.txt'; "
           f"sides {'at the same time' if args.together else 'one after the other'}")
     print(f"pmc side: snakemake {args.pmc_options or '(plugin defaults)'}")
     print(f"{'side':<8}{'exit':>6}{'outputs':>10}{'makespan s':>12}{'Slurm jobs':>12}")
