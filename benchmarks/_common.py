@@ -242,11 +242,7 @@ def reference_launch(ranks: int, binary: str) -> tuple[list[str], dict[str, str]
 # MPI's start and stop of Python ranks with the settings pmc starts MPI with
 # (pmc.transport.mpisettings), and no pmc code besides: what any run of this many ranks
 # under mpiexec pays here before and after its own work.
-MPI_CONTROL = ("import os, mpi4py; from pmc.transport.mpisettings import mpi_settings; "
-               "mpi4py.rc.initialize = False; mpi4py.rc.finalize = True; "
-               "from mpi4py import MPI; "
-               "os.environ.update(mpi_settings(os.environ, MPI.Get_library_version())); "
-               "MPI.Init_thread(MPI.THREAD_MULTIPLE)")
+MPI_CONTROL = "from pmc.transport.mpisettings import start_mpi; start_mpi()"
 
 
 def mpi_control(workers: int, tree: Path = REPO) -> tuple[float, float]:

@@ -52,28 +52,15 @@ import threading
 import time
 from typing import Any
 
-import mpi4py
-
 from pmc import batchsignals, log
 from pmc.core.protocol import Message, Shutdown, from_wire, ping, to_wire
 from pmc.transport import TransportError, look_interval
 from pmc.transport.local import LocalWorker
-from pmc.transport.mpisettings import mpi_settings
+from pmc.transport.mpisettings import start_mpi
 from pmc.transport.stream import RECV, Conn, frame
 
-# MPI starts here, once the settings know which library mpi4py loaded; mpi4py ends it at
-# exit as it would have had it started it.
-mpi4py.rc.initialize = False
-mpi4py.rc.finalize = True
-from mpi4py import MPI  # noqa: E402
-
-_added = mpi_settings(os.environ, MPI.Get_library_version())  # out once MPI has started
-os.environ.update(_added)
-try:
-    MPI.Init_thread(MPI.THREAD_MULTIPLE)
-finally:
-    for _name in _added:
-        os.environ.pop(_name, None)
+start_mpi()
+from mpi4py import MPI  # noqa: E402  (started just above)
 
 _SPIN = 0.0002
 _FIRST = 0.0001

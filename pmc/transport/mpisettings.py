@@ -1,7 +1,7 @@
-"""What pmc starts its own MPI library with: settings it puts in the environment of
-its ranks before ``MPI_Init`` (``pmc.transport.mpi``), each unless the user set it, and
-takes back out once MPI has started, so tasks see the user's environment as it was.
-Pure: importing this does not start MPI.
+"""How pmc starts its own MPI library (``start_mpi``, for ``pmc.transport.mpi``): the
+settings it puts in the environment of its ranks before ``MPI_Init``, each unless the
+user set it, and takes back out once MPI has started, so tasks see the user's
+environment as it was. Importing this does not start MPI.
 
 pmc's messages are small and few, and on one host they go through sockets once the
 ranks have met.
@@ -37,6 +37,7 @@ ranks have met.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 
 _OFI_SHM = {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "shm"}
@@ -62,3 +63,21 @@ def ch4_netmods(library: str) -> set[str]:
         if name.strip() == "MPICH Device" and device.strip().startswith("ch4:"):
             return set(device.strip()[4:].replace(",", " ").split())
     return set()
+
+
+def start_mpi() -> None:
+    """Start MPI with pmc's settings. mpi4py loads the library first, so that the
+    settings know which one it is, and ends MPI at exit as if it had started it."""
+    import mpi4py
+
+    mpi4py.rc.initialize = False
+    mpi4py.rc.finalize = True
+    from mpi4py import MPI
+
+    added = mpi_settings(os.environ, MPI.Get_library_version())
+    os.environ.update(added)
+    try:
+        MPI.Init_thread(MPI.THREAD_MULTIPLE)  # the level mpi4py starts MPI with
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
