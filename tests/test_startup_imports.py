@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from pmctest import DIAMOND, clean_env, mpiexec, pmc, pmc_mpi, rescue_done, write_dag
 
-# Runs the command line as ``python -m pmc`` does, then says which of these it imported.
-PROBE = """
+# Runs the command line as ``python -m pmc`` does, then says which of WATCH it imported.
+_PROBE = """
 import atexit, os, sys
-WATCH = ("pmc.adapters", "jsonschema", "structlog", "pmc.runtime.master", "pmc.dag.reader")
+WATCH = @WATCH@
 def said():
     rank = os.environ.get("PMI_RANK", "-")
     got = sorted(m for m in WATCH if m in sys.modules)
@@ -33,6 +33,14 @@ sys.exit(entry(sys.argv[2:]))
 """
 
 
+def watching(modules: tuple[str, ...]) -> str:
+    return _PROBE.replace("@WATCH@", repr(modules))
+
+
+PROBE = watching(("pmc.adapters", "jsonschema", "structlog", "pmc.runtime.master",
+                  "pmc.dag.reader", "pmc.dag.model"))
+
+
 def probe(args: list[str], cwd: Path, mpi: int = 0,
           program: str = PROBE) -> subprocess.CompletedProcess[str]:
     launch = [mpiexec(), "-n", str(mpi)] if mpi else []
@@ -45,7 +53,8 @@ def test_pmc_run_in_text_mode_imports_neither_batch_wing_nor_structlog(tmp_path:
     r = probe(["pmc", "run", "--workers", "2", dag.name], tmp_path)
     assert r.returncode == 0, r.stderr
     assert "[info] Workflow succeeded" in r.stderr
-    assert r.stdout.splitlines()[-1] == "rank - imported pmc.dag.reader,pmc.runtime.master"
+    assert r.stdout.splitlines()[-1] == \
+        "rank - imported pmc.dag.model,pmc.dag.reader,pmc.runtime.master"
     assert len(list(tmp_path.glob("d.dag.rescue"))) == 1
 
 
@@ -55,8 +64,9 @@ def test_worker_ranks_import_no_master_side(tmp_path: Path) -> None:
     r = probe(["pegasus", "-s", dag.name], tmp_path, mpi=3)
     assert r.returncode == 0, r.stderr
     said = sorted(line for line in r.stdout.splitlines() if line.startswith("rank "))
-    # Nor the DAG reader: a worker splits commands (pmc.dag.words), it reads no DAG.
-    assert said == ["rank 0 imported pmc.dag.reader,pmc.runtime.master",
+    # Nor the DAG reader or model: a worker splits commands (pmc.dag.words), it reads no
+    # DAG.
+    assert said == ["rank 0 imported pmc.dag.model,pmc.dag.reader,pmc.runtime.master",
                     "rank 1 imported none", "rank 2 imported none"]
 
 
@@ -67,9 +77,7 @@ def test_worker_ranks_import_no_master_side(tmp_path: Path) -> None:
 # import some of them before any pmc code runs.
 STDLIB_WATCH = ("dataclasses", "inspect", "secrets", "hashlib", "subprocess", "json",
                 "datetime")
-OWN_PROBE = PROBE.replace(
-    'WATCH = ("pmc.adapters", "jsonschema", "structlog", "pmc.runtime.master", "pmc.dag.reader")',
-    f"WATCH = {STDLIB_WATCH!r}")
+OWN_PROBE = watching(STDLIB_WATCH)
 
 
 @pytest.mark.mpi
@@ -111,9 +119,7 @@ def test_help_still_lists_the_batch_commands(tmp_path: Path) -> None:
 
 # What reading the command line takes: on the master only, under MPI.
 READER = ("pmc.options", "pmc.commands.siteprofile", "pmc.commands.run")
-READER_PROBE = PROBE.replace(
-    'WATCH = ("pmc.adapters", "jsonschema", "structlog", "pmc.runtime.master", "pmc.dag.reader")',
-    f"WATCH = {READER!r}")
+READER_PROBE = watching(READER)
 
 
 @pytest.mark.mpi
@@ -165,3 +171,20 @@ def test_local_asked_for_under_mpi_is_read_by_every_rank(tmp_path: Path) -> None
     assert r.stderr.count("[info] Workflow succeeded") == 2, r.stderr
     for rank in range(2):
         assert rescue_done(tmp_path / f"d{rank}.dag.rescue") == ["a"]
+
+
+def test_worker_records_hold_their_field_types_as_objects() -> None:
+    """A record type written as a string is compiled by typing.NamedTuple at import (and
+    the first compile() builds the ast module's types): the records every worker imports
+    say their types as objects."""
+    from typing import get_type_hints
+
+    from pmc.core import protocol
+    from pmc.runtime import topology
+
+    records = [v for m in (protocol, topology) for v in vars(m).values()
+               if isinstance(v, type) and issubclass(v, tuple) and hasattr(v, "_fields")]
+    assert len(records) > 20
+    for record in records:
+        assert not any(isinstance(t, str) for t in record.__annotations__.values()), record
+        get_type_hints(record)  # and they name real types

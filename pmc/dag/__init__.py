@@ -4,13 +4,33 @@ Rooms, bottom to top: ``model`` (Task, DAG, DagError), ``words`` (shell words of
 command), ``lines`` (a file's lines and a line's fields), ``taskline`` (TASK options),
 ``graph`` (edges to CSR, cycle check), ``edgehelper`` (the second process for a big
 file's EDGE lines), ``reader`` (``parse_dag``).
+
+Every worker imports ``pmc.dag.words`` (``split_command``) and nothing else of the
+package: the face imports each room when one of its names is first asked for, so that a
+worker does not build the model's classes (~5 M instructions of its start).
 """
 
-from pmc.dag.model import DAG, DagError, Task
-from pmc.dag.words import split_command
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pmc.dag.model import DAG, DagError, Task
+    from pmc.dag.words import split_command
+
+_ROOMS = {"DAG": "model", "DagError": "model", "Task": "model", "split_command": "words"}
 
 
-def parse_dag(path: str) -> DAG:
+def __getattr__(name: str) -> Any:
+    room = _ROOMS.get(name)
+    if room is None:
+        raise AttributeError(f"module 'pmc.dag' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"pmc.dag.{room}"), name)
+    globals()[name] = value
+    return value
+
+
+def parse_dag(path: str) -> "DAG":
     """``pmc.dag.reader.parse_dag``: the reader's rooms are imported when a DAG is read,
     not by every worker (which needs only ``split_command``)."""
     from pmc.dag.reader import parse_dag as parse

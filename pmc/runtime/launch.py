@@ -31,7 +31,7 @@ from pmc.core.protocol import (
     signal_of,
 )
 from pmc.core.records import cluster_task_record
-from pmc.dag import split_command
+from pmc.dag.words import split_command
 from pmc.runtime.accounting import Accounting, not_wanted
 from pmc.runtime.declared import missing_output
 from pmc.runtime.guard import Guard
