@@ -98,6 +98,35 @@ def test_ranks_import_no_more_of_the_standard_library_than_they_use(tmp_path: Pa
     assert added == {"0": {"json"} - before, "1": set(), "2": set()}, (added, before)
 
 
+# What a worker rank needs on rare paths only, or never: the logging module (no code but
+# pmc's runs in it, so nothing can hook its log: pmc.log.standalone), traceback (a
+# failure's report), threading (rank 0's SIGUSR1 watcher). Each costs every rank's start
+# millions of instructions.
+WORKER_UNUSED = ("logging", "traceback", "threading")
+
+
+@pytest.mark.mpi
+def test_worker_ranks_import_what_they_use_only(tmp_path: Path) -> None:
+    bare = subprocess.run(
+        [sys.executable, "-c",
+         f"import sys; print(*(m for m in {WORKER_UNUSED!r} if m in sys.modules))"],
+        env=clean_env(), capture_output=True, text=True, timeout=60, check=True)
+    before = set(bare.stdout.split())
+    dag = write_dag(tmp_path / "d.dag", DIAMOND)
+    r = probe(["pegasus", "-s", dag.name], tmp_path, mpi=3,
+              program=watching(WORKER_UNUSED))
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("[info] Workflow succeeded") == 1, r.stderr
+    added = {}
+    for line in r.stdout.splitlines():
+        if line.startswith("rank "):
+            _, rank, _, names = line.split()
+            added[rank] = set(names.split(",")) - before - {"none"}
+    # The master binds pmc.log to the "pmc" logger, where Python code may hook it.
+    assert added == {"0": {"logging", "threading", "traceback"} - before, "1": set(),
+                     "2": set()}, (added, before)
+
+
 def test_json_logs_still_written(tmp_path: Path) -> None:
     dag = write_dag(tmp_path / "d.dag", DIAMOND)
     r = probe(["pmc", "run", "--workers", "2", "--log-format", "json", dag.name], tmp_path)

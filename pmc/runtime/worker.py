@@ -16,7 +16,6 @@ import signal
 import socket
 import sys
 import time
-import traceback
 from collections import deque
 from collections.abc import Callable
 
@@ -352,6 +351,8 @@ def run(transport: Transport) -> int:
     except TransportError:
         raise
     except Exception:
+        import traceback  # only now: with logging, ~10 M instructions of every start
+
         _report_failure(transport, traceback.format_exc())
         raise
 

@@ -48,7 +48,6 @@ import selectors
 import signal
 import socket
 import struct
-import threading
 import time
 from typing import Any
 
@@ -490,5 +489,7 @@ def _watch_usr1() -> None:
                 _peer_died(signal.SIGUSR1, None)
             else:
                 batchsignals.note(signal.SIGUSR1)
+
+    import threading  # here: a worker rank has a keeper, and does not start this thread
 
     threading.Thread(target=watch, name="pmc-sigusr1", daemon=True).start()
