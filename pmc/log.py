@@ -36,19 +36,19 @@ import _thread
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing: see pmc.core.record
 if TYPE_CHECKING:
     import logging
+    from typing import Protocol
 
     from pmc.logbridge import Handler
 
+    class Stream(Protocol):
+        def write(self, text: str, /) -> int: ...
 
+        def flush(self) -> None: ...
 
-class Stream(Protocol):
-    def write(self, text: str, /) -> int: ...
-
-    def flush(self) -> None: ...
 
 
 FATAL, ERROR, WARN, INFO, DEBUG, TRACE = range(6)

@@ -100,9 +100,10 @@ def test_ranks_import_no_more_of_the_standard_library_than_they_use(tmp_path: Pa
 
 # What a worker rank needs on rare paths only, or never: the logging module (no code but
 # pmc's runs in it, so nothing can hook its log: pmc.log.standalone), traceback (a
-# failure's report), threading (rank 0's SIGUSR1 watcher). Each costs every rank's start
-# millions of instructions.
-WORKER_UNUSED = ("logging", "traceback", "threading")
+# failure's report), threading (rank 0's SIGUSR1 watcher), typing (only the type checker
+# reads it: pmc.core.record), the DAG's model. Each costs every rank's start millions of
+# instructions.
+WORKER_UNUSED = ("logging", "traceback", "threading", "typing", "pmc.dag.model")
 
 
 @pytest.mark.mpi
@@ -123,8 +124,8 @@ def test_worker_ranks_import_what_they_use_only(tmp_path: Path) -> None:
             _, rank, _, names = line.split()
             added[rank] = set(names.split(",")) - before - {"none"}
     # The master binds pmc.log to the "pmc" logger, where Python code may hook it.
-    assert added == {"0": {"logging", "threading", "traceback"} - before, "1": set(),
-                     "2": set()}, (added, before)
+    assert added == {"0": set(WORKER_UNUSED) - before, "1": set(), "2": set()}, (
+        added, before)
 
 
 def test_json_logs_still_written(tmp_path: Path) -> None:
@@ -201,19 +202,3 @@ def test_local_asked_for_under_mpi_is_read_by_every_rank(tmp_path: Path) -> None
     for rank in range(2):
         assert rescue_done(tmp_path / f"d{rank}.dag.rescue") == ["a"]
 
-
-def test_worker_records_hold_their_field_types_as_objects() -> None:
-    """A record type written as a string is compiled by typing.NamedTuple at import (and
-    the first compile() builds the ast module's types): the records every worker imports
-    say their types as objects."""
-    from typing import get_type_hints
-
-    from pmc.core import protocol
-    from pmc.runtime import topology
-
-    records = [v for m in (protocol, topology) for v in vars(m).values()
-               if isinstance(v, type) and issubclass(v, tuple) and hasattr(v, "_fields")]
-    assert len(records) > 20
-    for record in records:
-        assert not any(isinstance(t, str) for t in record.__annotations__.values()), record
-        get_type_hints(record)  # and they name real types

@@ -42,11 +42,13 @@ At any point after CONFIG:
                                                           caught: the master decides)
 """
 
-# No ``from __future__ import annotations`` here: the records' field types are then
-# objects, not strings that typing.NamedTuple compiles one by one (the first compile()
-# of a process also builds the ast module's types): ~14 M instructions of every rank's
-# start, counted with callgrind.
-from typing import Any, NamedTuple
+from __future__ import annotations
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing: see pmc.core.record
+if TYPE_CHECKING:
+    from typing import Any, NamedTuple
+else:
+    from pmc.core.record import NamedTuple
 
 # 4: STARTED, starts with RESULTS, START carries the wall time left; 5: WORKER_FAILED;
 # 6: PING, worker_timeout in WorkerConfig; 7: GPUs in HELLO, TaskSpec gpus and hosts;
@@ -82,7 +84,10 @@ FAILED_STATUS = 1 << 8
 
 # Any of the records below (the transports move them without looking inside, but for
 # the tag).
-Message = tuple[Any, ...]
+if TYPE_CHECKING:
+    Message = tuple[Any, ...]
+else:
+    Message = tuple  # (annotations are not evaluated: a name for them, at run time)
 
 
 class WorkerConfig(NamedTuple):

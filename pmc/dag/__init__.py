@@ -10,9 +10,12 @@ package: the face imports each room when one of its names is first asked for, so
 worker does not build the model's classes (~5 M instructions of its start).
 """
 
-from typing import TYPE_CHECKING, Any
+from __future__ import annotations
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing: see pmc.core.record
 if TYPE_CHECKING:
+    from typing import Any
+
     from pmc.dag.model import DAG, DagError, Task
     from pmc.dag.words import split_command
 
@@ -30,7 +33,7 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-def parse_dag(path: str) -> "DAG":
+def parse_dag(path: str) -> DAG:
     """``pmc.dag.reader.parse_dag``: the reader's rooms are imported when a DAG is read,
     not by every worker (which needs only ``split_command``)."""
     from pmc.dag.reader import parse_dag as parse

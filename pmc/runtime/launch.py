@@ -18,7 +18,6 @@ import os
 import select
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
 from pmc import log
 from pmc.core import protocol
@@ -50,8 +49,10 @@ from pmc.runtime.taskio import (
     tail,
 )
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing: see pmc.core.record
 if TYPE_CHECKING:
     import subprocess
+    from typing import Any
 
 KILL_GRACE = 3.0  # seconds between SIGTERM and SIGKILL of a task's process group
 _FORWARD_FD_BASE = 100

@@ -4,17 +4,22 @@ NUMA node of each, and the NUMA node of each cpu this process may use. Only read
 decisions. Unknown facts are reported as unknown (an empty inventory, a None node), never
 guessed; what contradicts itself is a ValueError with one message."""
 
+from __future__ import annotations
+
 import os
 import re
 from collections.abc import Mapping
 from os.path import join
-from typing import NamedTuple
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing: see pmc.core.record
+if TYPE_CHECKING:
+    from typing import NamedTuple
+else:
+    from pmc.core.record import NamedTuple
 
 
 # Plain strings for paths, a NamedTuple for the record: every worker imports this module
-# as it starts, and pathlib and dataclasses would add ~10 ms of imports to each. No
-# ``from __future__ import annotations`` either: typing.NamedTuple would compile each
-# field's type from its string (see pmc.core.protocol).
+# as it starts, and pathlib and dataclasses would add ~10 ms of imports to each.
 class Gpu(NamedTuple):
     id: str            # the id as the job sees it ("2" when the job was given 2,3)
     numa: int | None   # NUMA node of the device from sysfs, None if unknown

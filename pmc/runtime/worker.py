@@ -36,7 +36,11 @@ from pmc.runtime.hostscript import HostScript
 from pmc.runtime.launch import KILL_GRACE, Launcher, Running
 from pmc.runtime.topology import cpu_numa_nodes, gpu_inventory
 from pmc.runtime.workersignals import Wakeup, catch_stops
-from pmc.transport import Transport, TransportError, look_interval
+from pmc.transport import TransportError, look_interval
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing: see pmc.core.record
+if TYPE_CHECKING:
+    from pmc.transport import Transport
 
 # While every running task has its successor queued, results wait up to this long to
 # travel together: fewer messages for both ends, and the slots are not waiting (a slot

@@ -49,7 +49,6 @@ import signal
 import socket
 import struct
 import time
-from typing import Any
 
 from pmc import batchsignals, log
 from pmc.core.protocol import Message, Shutdown, from_wire, ping, to_wire
@@ -57,6 +56,10 @@ from pmc.transport import TransportError, look_interval
 from pmc.transport.local import LocalWorker
 from pmc.transport.mpisettings import start_mpi
 from pmc.transport.stream import RECV, Conn, frame
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing: see pmc.core.record
+if TYPE_CHECKING:
+    from typing import Any
 
 start_mpi()
 from mpi4py import MPI  # noqa: E402  (started just above)
