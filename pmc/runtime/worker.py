@@ -32,7 +32,6 @@ from pmc.runtime.hostinfo import (
     raise_nofile,
     task_environment,
 )
-from pmc.runtime.hostscript import HostScript
 from pmc.runtime.launch import KILL_GRACE, Launcher, Running
 from pmc.runtime.topology import cpu_numa_nodes, gpu_inventory
 from pmc.runtime.workersignals import Wakeup, catch_stops
@@ -40,6 +39,7 @@ from pmc.transport import TransportError, look_interval
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing: see pmc.core.record
 if TYPE_CHECKING:
+    from pmc.runtime.hostscript import HostScript
     from pmc.transport import Transport
 
 # While every running task has its successor queued, results wait up to this long to
@@ -142,6 +142,8 @@ class Worker:
         assert path is not None
         env = dict(self.base_env, PMC_HOST_RANK=str(self.launcher.host_rank),
                    PMC_RANK=str(self.rank))
+        from pmc.runtime.hostscript import HostScript  # only with --host-script
+
         self.host_script = HostScript(path, self.rank, env, self.launcher.guard)
         return self.host_script.run(self.cfg.host_script_timeout, self.stop_coming,
                                     self.hostname)
