@@ -489,6 +489,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"usage: pmc-worker --fd N --rank R --size S (got {' '.join(args)})",
               file=sys.stderr)
         return ExitCode.USAGE
+    log.standalone()  # a fresh interpreter running pmc alone: nothing can hook its log
     return serve(fd, rank, size)
 
 
