@@ -48,7 +48,9 @@ import selectors
 import signal
 import socket
 import struct
+import threading
 import time
+from typing import Any
 
 from pmc import batchsignals, log
 from pmc.core.protocol import Message, Shutdown, from_wire, ping, to_wire
@@ -56,10 +58,6 @@ from pmc.transport import TransportError, look_interval
 from pmc.transport.local import LocalWorker
 from pmc.transport.mpisettings import start_mpi
 from pmc.transport.stream import RECV, Conn, frame
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing: see pmc.core.record
-if TYPE_CHECKING:
-    from typing import Any
 
 start_mpi()
 from mpi4py import MPI  # noqa: E402  (started just above)
@@ -492,7 +490,5 @@ def _watch_usr1() -> None:
                 _peer_died(signal.SIGUSR1, None)
             else:
                 batchsignals.note(signal.SIGUSR1)
-
-    import threading  # here: a worker rank has a keeper, and does not start this thread
 
     threading.Thread(target=watch, name="pmc-sigusr1", daemon=True).start()

@@ -4,6 +4,7 @@ from them, and they are reset or replaced between tasks."""
 from __future__ import annotations
 
 import os
+from typing import ClassVar
 
 from pmc.runtime.accounting.cgroupfs import (
     RESIDUAL_MAX,
@@ -14,10 +15,6 @@ from pmc.runtime.accounting.cgroupfs import (
     remove_group,
     write_file,
 )
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing: see pmc.core.record
-if TYPE_CHECKING:
-    from typing import ClassVar
 
 
 class Slot:
