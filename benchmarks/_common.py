@@ -242,7 +242,8 @@ def reference_launch(ranks: int, binary: str) -> tuple[list[str], dict[str, str]
 # MPI's start and stop of Python ranks with the settings pmc starts MPI with
 # (pmc.transport.mpisettings), and no pmc code besides: what any run of this many ranks
 # under mpiexec pays here before and after its own work.
-MPI_CONTROL = "from pmc.transport.mpisettings import start_mpi; start_mpi()"
+MPI_CONTROL = ("import os; from pmc.transport.mpisettings import mpi_settings; "
+               "os.environ.update(mpi_settings(os.environ)); from mpi4py import MPI")
 
 
 def mpi_control(workers: int, tree: Path = REPO) -> tuple[float, float]:

@@ -73,32 +73,6 @@ def test_pmc_mpi_settings_by_launcher(environ: dict[str, str],
     assert mpi_settings(environ) == settings
 
 
-PIP_MPICH = "MPICH Version:      5.0.2\nMPICH Device:       ch4:ucx ofi\nMPICH ABI: 18:2:6\n"
-OFI_SHM = {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "shm"}
-
-
-@pytest.mark.parametrize(("environ", "library", "ofi"), [
-    # Every rank on this host and an MPICH with libfabric: its shared-memory provider.
-    (HYDRA_ONE_HOST, PIP_MPICH, True),
-    (HYDRA_ONE_HOST, "MPICH Version: 4.2.0\nMPICH Device:   ch4:ofi\n", True),
-    # No libfabric in the build, or not MPICH at all: as the library chooses.
-    (HYDRA_ONE_HOST, "MPICH Version: 4.2.0\nMPICH Device:   ch4:ucx\n", False),
-    (HYDRA_ONE_HOST, "MPICH Version: 3.4\nMPICH Device:   ch3:nemesis\n", False),
-    (HYDRA_ONE_HOST, "Open MPI v4.1.4, package: Debian OpenMPI, ident: 4.1.4\n", False),
-    # Ranks on other hosts: shared memory would not reach them.
-    (HYDRA_TWO_HOSTS, PIP_MPICH, False),
-    (SLURM_PMI2, PIP_MPICH, False),
-    # The user chose a network module or a provider: neither is touched.
-    ({**HYDRA_ONE_HOST, "FI_PROVIDER": "tcp"}, PIP_MPICH, False),
-    ({**HYDRA_ONE_HOST, "MPIR_CVAR_CH4_NETMOD": "ucx"}, PIP_MPICH, False),
-])
-def test_an_mpich_with_libfabric_on_one_host_starts_with_its_shared_memory(
-        environ: dict[str, str], library: str, ofi: bool) -> None:
-    settings = mpi_settings(environ, library)
-    assert (OFI_SHM.items() <= settings.items()) is ofi
-    assert not set(settings) & set(environ)
-
-
 # -- stream framing ---------------------------------------------------------------------
 
 

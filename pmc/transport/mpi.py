@@ -56,11 +56,16 @@ from pmc import batchsignals, log
 from pmc.core.protocol import Message, Shutdown, from_wire, ping, to_wire
 from pmc.transport import TransportError, look_interval
 from pmc.transport.local import LocalWorker
-from pmc.transport.mpisettings import start_mpi
+from pmc.transport.mpisettings import mpi_settings
 from pmc.transport.stream import RECV, Conn, frame
 
-start_mpi()
-from mpi4py import MPI  # noqa: E402  (started just above)
+_added = mpi_settings(os.environ)  # taken back out once MPI has started
+os.environ.update(_added)
+try:
+    from mpi4py import MPI  # importing it initialises MPI
+finally:
+    for _name in _added:
+        os.environ.pop(_name, None)
 
 _SPIN = 0.0002
 _FIRST = 0.0001
