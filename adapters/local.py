@@ -5,7 +5,8 @@ ticks since boot (field 22 of ``/proc/PID/stat``), so a process that later gets 
 same PID is never taken for the job (status and cancel compare both). The script leads
 its own session, so cancel signals the whole group. It records its exit status in the
 local job directory (``$PMC_LOCAL_JOBS``, default ``~/.cache/pmc/jobs``) so status
-works after it ended.
+works after it ended; cancel leaves a mark there, so a cancelled job that then exits
+non-zero reads CANCELLED rather than FAILED.
 """
 
 from __future__ import annotations
@@ -147,6 +148,8 @@ class Local(Scheduler):
             code = rc_file.read_text().strip()
         except OSError:
             return JobStatus(job_id, JobState.UNKNOWN, "no such process and no exit record")
+        if code != "0" and (jobs_dir() / f"{job_id}.cancelled").exists():
+            return JobStatus(job_id, JobState.CANCELLED, f"cancelled, exited {code}", code)
         return JobStatus(job_id, STATES.get(code, JobState.FAILED), f"exited {code}", code)
 
     def cancel(self, job_id: str) -> JobStatus:
@@ -158,9 +161,19 @@ class Local(Scheduler):
                 f"({before.state.value}, {before.details()})"
             )
         pid, _ = parse_job_id(job_id)
+        # Written first: the script drains pmc run on SIGTERM and records pmc's own exit
+        # code (3, incomplete), which alone would read as a failure.
+        marker = jobs_dir() / f"{job_id}.cancelled"
+        try:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.touch()
+        except OSError as e:
+            raise AdapterError(f"local job {job_id}: not cancelled: cannot write {marker}: "
+                               f"{e.strerror}") from e
         try:
             os.killpg(pid, signal.SIGTERM)
         except ProcessLookupError as e:
+            marker.unlink(missing_ok=True)
             raise AdapterError(f"local job {job_id}: not cancelled: no such process") from e
         return before
 

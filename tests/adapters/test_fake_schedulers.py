@@ -210,6 +210,29 @@ def test_a_warning_to_the_batch_shell_alone_does_not_end_the_job(fakes: Fakes) -
     assert rescue_done(fakes.work / "gate.dag.rescue") == ["A"]
 
 
+def test_a_cancelled_local_job_reads_cancelled(fakes: Fakes) -> None:
+    """The script drains pmc run on SIGTERM and records its exit code (3, incomplete);
+    status still says the job was cancelled, not that it failed."""
+    data = base_profile("local")
+    del data["walltime"]
+    site = fakes.profile("site.yaml", data)
+    (fakes.work / "gate.dag").write_text(
+        "TASK A /bin/sh -c 'touch started; while [ ! -e release ]; do sleep 0.1; done'\n")
+    job_id = fakes.pmc("submit", "--site", str(site), "gate.dag", check=True).stdout.strip()
+    deadline = time.monotonic() + 60
+    while not (fakes.work / "started").exists():
+        assert time.monotonic() < deadline, "the task never started"
+        time.sleep(0.1)
+    fakes.pmc("jobs", "cancel", "--scheduler", "local", job_id, check=True)
+    _wait_local(fakes, job_id)
+    status = fakes.pmc("jobs", "status", "--scheduler", "local", job_id, check=True)
+    assert status.stdout.startswith(f"{job_id} CANCELLED (native: cancelled, exited "), \
+        status.stdout
+    assert rescue_done(fakes.work / "gate.dag.rescue") == []
+    proc = fakes.pmc("jobs", "cancel", "--scheduler", "local", job_id)
+    assert proc.returncode == 1 and "it has already ended (CANCELLED" in proc.stderr
+
+
 def test_local_job_is_not_confused_with_a_process_that_reuses_its_pid(fakes: Fakes) -> None:
     # A live process with the job's PID but another start time (what PID reuse looks
     # like): the job is not running, and cancel must not signal that process.

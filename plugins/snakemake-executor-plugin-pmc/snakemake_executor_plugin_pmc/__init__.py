@@ -374,7 +374,7 @@ class Executor(RemoteExecutor):
         async with self.status_rate_limiter:
             try:
                 states = self.client.states(str(j.external_jobid) for j in active_jobs)
-            except (ChannelError, OSError) as e:
+            except (ChannelError, OSError, SubmitError) as e:  # refused: the run ended
                 why = self._gone(e)
                 for info in active_jobs:
                     self.report_job_error(info, msg=f"{why}. ")
