@@ -20,7 +20,10 @@ Base layer: the transport, the runtime and the commands all read it.
 from __future__ import annotations
 
 import signal
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing: see pmc.core.record
+if TYPE_CHECKING:
+    from typing import Any
 
 WARNINGS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGXCPU)
 # From a worker rank's keeper: Hydra said a rank ended. A real-time signal, clear of the

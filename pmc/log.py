@@ -8,7 +8,11 @@ follows. Nothing is configured or registered at import: the command-line entry c
 ``setup`` (or ``pmc.logsetup.setup_logging``, which also handles ``--log-format``
 / ``--log-file``), which installs pmc's own handler on that logger and stops propagation
 to the root logger, so that pmc's output is exactly the reference's whatever the root
-logger does.
+logger does. The one exception is an MPI worker rank, where no code but pmc's runs, so
+nothing could hook the logger: it writes its lines without importing ``logging``
+(``standalone``), whose import and what it brings (traceback, threading, string, weakref)
+were ~30 M instructions of every worker rank's start (callgrind). Elsewhere ``logging`` is
+imported at ``setup`` or the first message (``_bind``; the handler is ``pmc.logbridge``).
 
 pmc's handler writes a message as the reference writes it: ``[level] message`` on
 stderr, the level in lower case (``fatal``, ``error``, ``warn``, ``info``, ``debug``,
@@ -28,35 +32,39 @@ log as TRACE. Callers that would build a message on a hot path test ``enabled`` 
 
 from __future__ import annotations
 
-import logging
-import os
+import _thread
 import sys
-import threading
 import time
 from collections.abc import Callable
-from typing import Protocol
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing: see pmc.core.record
+if TYPE_CHECKING:
+    import logging
+    from typing import Protocol
 
-class Stream(Protocol):
-    def write(self, text: str, /) -> int: ...
+    from pmc.logbridge import Handler
 
-    def flush(self) -> None: ...
+    class Stream(Protocol):
+        def write(self, text: str, /) -> int: ...
+
+        def flush(self) -> None: ...
+
 
 
 FATAL, ERROR, WARN, INFO, DEBUG, TRACE = range(6)
 SILENT = FATAL - 1  # below every level: nothing is logged
 NAMES = ("fatal", "error", "warn", "info", "debug", "trace")
 TRACE_LEVEL = 5  # the logging module's number for TRACE (below DEBUG's 10)
-# pmc level -> logging level, and the threshold that shows nothing at all.
-_PY = (logging.CRITICAL, logging.ERROR, logging.WARNING, logging.INFO, logging.DEBUG,
-       TRACE_LEVEL)
-_PY_SILENT = logging.CRITICAL + 10
+# pmc level -> logging level (logging's CRITICAL, ERROR, WARNING, INFO, DEBUG: numbers
+# its documentation fixes), and the threshold that shows nothing at all.
+_PY = (50, 40, 30, 20, 10, TRACE_LEVEL)
+_PY_SILENT = _PY[FATAL] + 10
 _FROM_PY = {py: lvl for lvl, py in enumerate(_PY)}
 
-LOGGER = logging.getLogger("pmc")  # getLogger configures nothing: no level, no handler
-_is_enabled = LOGGER.isEnabledFor
-_handle = LOGGER.handle
-_handlers = LOGGER.handlers  # the list itself: add/removeHandler change it in place
+LOGGER: logging.Logger | None = None  # logging.getLogger("pmc"), once bound (_bind)
+_handlers: list[logging.Handler] = []  # LOGGER's list itself, once bound
+_alone = False  # standalone(): no logging module in this process's log
+_threshold = _PY[WARN]  # standalone: the lowest logging level shown (logging's default)
 
 _prefix = ""
 # Set by setup(), None before: kept for the checks that importing configures nothing.
@@ -65,8 +73,9 @@ _sink: Callable[[int, str], None] | None = None
 # The live progress line now on stderr ("" none), and the lock that orders it with the
 # handler's writes (the handler uses it as its own lock).
 _live = ""
-_lock = threading.RLock()
-_own: Handler | None = None  # the handler setup() installed
+_lock = _thread.RLock()
+_own: Writer | None = None  # the writer setup() installed
+_hook: Handler | None = None  # and the handler on LOGGER that writes through it
 
 
 def from_py(levelno: int) -> int:
@@ -80,21 +89,14 @@ def from_py(levelno: int) -> int:
     return TRACE
 
 
-class Handler(logging.Handler):
+class Writer:
     """pmc's own output: ``[level] message`` lines (dated in a file), or the JSON sink."""
 
     def __init__(self, stream: Stream | None, sink: Callable[[int, str], None] | None,
                  dated: bool) -> None:
-        super().__init__(logging.NOTSET)
         self.stream = stream  # None: sys.stderr, looked up at each write (tests swap it)
         self.sink = sink
         self.dated = dated
-
-    def createLock(self) -> None:  # logging calls it by this name
-        self.lock = _lock
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.write(from_py(record.levelno), record.getMessage(), record.created)
 
     def write(self, lvl: int, msg: str, created: float) -> None:
         if self.sink is not None:
@@ -113,35 +115,70 @@ class Handler(logging.Handler):
             pass  # a closed stderr must not take the run down
 
 
+def _bind() -> logging.Logger:
+    """The "pmc" logger, and pmc.log tied to it: its level decides, its handlers hear."""
+    global LOGGER, _is_enabled, _handle, _handlers
+    if LOGGER is None:
+        import logging
+
+        LOGGER = logging.getLogger("pmc")  # getLogger configures nothing
+        if not _alone:
+            _is_enabled = LOGGER.isEnabledFor
+        _handle = LOGGER.handle
+        _handlers = LOGGER.handlers  # the list itself: add/removeHandler change it in place
+    return LOGGER
+
+
+def _bind_then_ask(pylvl: int) -> bool:
+    return _bind().isEnabledFor(pylvl)
+
+
+def _bind_then_handle(record: logging.LogRecord) -> None:
+    _bind().handle(record)
+
+
+def _over_threshold(pylvl: int) -> bool:
+    return pylvl >= _threshold
+
+
+_is_enabled: Callable[[int], bool] = _bind_then_ask
+_handle: Callable[[logging.LogRecord], None] = _bind_then_handle
+
+
+def standalone() -> None:
+    """This process runs no code but pmc's (an MPI worker rank): nothing can hook the
+    "pmc" logger, so its messages are written from now on without the logging module
+    (the threshold is pmc.log's own). Before ``setup``."""
+    global _alone, _is_enabled
+    _alone = True
+    _is_enabled = _over_threshold
+
+
 def setup(level: int = INFO, stream: Stream | None = None, prefix: str = "",
           sink: Callable[[int, str], None] | None = None, dated: bool = False) -> None:
     """Set the threshold (clamped to SILENT..TRACE), the stream, a prefix for every
     message, whether text lines carry the date (a log file), and optionally a structured
     sink that replaces the text lines. Replaces the handler an earlier call installed;
     handlers added by others stay."""
-    global _stream, _prefix, _sink, _process_name
+    global _stream, _prefix, _sink, _own, _hook, _threshold
     level = max(SILENT, min(TRACE, level))
-    mp = sys.modules.get("multiprocessing")
-    if mp is not None:  # as LogRecord finds it
-        _process_name = mp.current_process().name
     _stream = stream
     _prefix = prefix
     _sink = sink
-    logging.addLevelName(TRACE_LEVEL, "TRACE")
-    for h in list(LOGGER.handlers):
-        if isinstance(h, Handler):
-            LOGGER.removeHandler(h)
-    global _own
-    _own = Handler(stream, sink, dated)
-    LOGGER.addHandler(_own)
-    LOGGER.setLevel(_PY_SILENT if level == SILENT else _PY[level])
-    LOGGER.propagate = False
+    _own = Writer(stream, sink, dated)
+    threshold = _PY_SILENT if level == SILENT else _PY[level]
+    if _alone:
+        _threshold = threshold
+        return
+    from pmc import logbridge
+
+    _hook = logbridge.install(_bind(), _own, threshold)
 
 
 def level() -> int:
     """The threshold as a pmc level (SILENT when nothing at all is logged)."""
-    eff = LOGGER.getEffectiveLevel()
-    if eff > logging.CRITICAL:
+    eff = _threshold if _alone else _bind().getEffectiveLevel()
+    if eff > _PY[FATAL]:
         return SILENT
     return from_py(eff) if eff in _PY else max(SILENT, from_py(eff) - 1)
 
@@ -163,55 +200,21 @@ def timestamp(now: float | None = None) -> str:
     return f"{time.strftime('%Y-%m-%d %H:%M:%S', t)}.{ms:03d} {t.tm_zone}"
 
 
-class Record(logging.LogRecord):
-    """A ``LogRecord`` with every standard attribute, made in a fraction of the time:
-    ``LogRecord.__init__`` (and ``Logger.log``, which also walks the stack for the
-    caller's file and line, shown by no pmc output) cost ~20 times a pmc line's writing.
-    Source location fields are empty."""
-
-    def __init__(self, levelno: int, msg: str) -> None:
-        now = time.time()
-        self.name = "pmc"
-        self.msg = msg
-        self.args = None
-        self.levelno = levelno
-        self.levelname = _LEVEL_NAMES[levelno] if levelno in _LEVEL_NAMES else \
-            logging.getLevelName(levelno)
-        self.pathname = self.filename = self.module = ""
-        self.lineno = 0
-        self.funcName = ""
-        self.exc_info = None
-        self.exc_text = None
-        self.stack_info = None
-        self.created = now
-        self.msecs = (now - int(now)) * 1000
-        self.relativeCreated = (now - _START) * 1000
-        thread = threading.current_thread()
-        self.thread = thread.ident
-        self.threadName = thread.name
-        self.processName = _process_name
-        self.process = os.getpid()
-        self.taskName = None
-
-
-_LEVEL_NAMES = {logging.CRITICAL: "CRITICAL", logging.ERROR: "ERROR",
-                logging.WARNING: "WARNING", logging.INFO: "INFO", logging.DEBUG: "DEBUG",
-                TRACE_LEVEL: "TRACE"}
-_START = time.time()
-_process_name = "MainProcess"
-
-
 def log(lvl: int, msg: str) -> None:
     pylvl = _PY[lvl]
     if _is_enabled(pylvl):
         own = _own
-        if own is not None and len(_handlers) == 1 and _handlers[0] is own and \
-                not LOGGER.filters and not own.filters:
+        hook = _hook
+        if own is not None and (_alone or (
+                hook is not None and len(_handlers) == 1 and _handlers[0] is hook
+                and LOGGER is not None and not LOGGER.filters and not hook.filters)):
             # Only pmc's own handler listens: what logging would do, minus making a
             # record nobody else sees (the lock is taken as Handler.handle takes it).
             with _lock:
                 own.write(lvl, f"{_prefix}{msg}", time.time())
             return
+        from pmc.logbridge import Record
+
         _handle(Record(pylvl, f"{_prefix}{msg}"))
 
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from pmctest import DIAMOND, clean_env, mpiexec, pmc, pmc_mpi, rescue_done, write_dag
 
-# Runs the command line as ``python -m pmc`` does, then says which of these it imported.
-PROBE = """
+# Runs the command line as ``python -m pmc`` does, then says which of WATCH it imported.
+_PROBE = """
 import atexit, os, sys
-WATCH = ("pmc.adapters", "jsonschema", "structlog", "pmc.runtime.master", "pmc.dag.reader")
+WATCH = @WATCH@
 def said():
     rank = os.environ.get("PMI_RANK", "-")
     got = sorted(m for m in WATCH if m in sys.modules)
@@ -33,6 +33,14 @@ sys.exit(entry(sys.argv[2:]))
 """
 
 
+def watching(modules: tuple[str, ...]) -> str:
+    return _PROBE.replace("@WATCH@", repr(modules))
+
+
+PROBE = watching(("pmc.adapters", "jsonschema", "structlog", "pmc.runtime.master",
+                  "pmc.dag.reader", "pmc.dag.model"))
+
+
 def probe(args: list[str], cwd: Path, mpi: int = 0,
           program: str = PROBE) -> subprocess.CompletedProcess[str]:
     launch = [mpiexec(), "-n", str(mpi)] if mpi else []
@@ -45,7 +53,8 @@ def test_pmc_run_in_text_mode_imports_neither_batch_wing_nor_structlog(tmp_path:
     r = probe(["pmc", "run", "--workers", "2", dag.name], tmp_path)
     assert r.returncode == 0, r.stderr
     assert "[info] Workflow succeeded" in r.stderr
-    assert r.stdout.splitlines()[-1] == "rank - imported pmc.dag.reader,pmc.runtime.master"
+    assert r.stdout.splitlines()[-1] == \
+        "rank - imported pmc.dag.model,pmc.dag.reader,pmc.runtime.master"
     assert len(list(tmp_path.glob("d.dag.rescue"))) == 1
 
 
@@ -55,8 +64,9 @@ def test_worker_ranks_import_no_master_side(tmp_path: Path) -> None:
     r = probe(["pegasus", "-s", dag.name], tmp_path, mpi=3)
     assert r.returncode == 0, r.stderr
     said = sorted(line for line in r.stdout.splitlines() if line.startswith("rank "))
-    # Nor the DAG reader: a worker splits commands (pmc.dag.words), it reads no DAG.
-    assert said == ["rank 0 imported pmc.dag.reader,pmc.runtime.master",
+    # Nor the DAG reader or model: a worker splits commands (pmc.dag.words), it reads no
+    # DAG.
+    assert said == ["rank 0 imported pmc.dag.model,pmc.dag.reader,pmc.runtime.master",
                     "rank 1 imported none", "rank 2 imported none"]
 
 
@@ -67,9 +77,7 @@ def test_worker_ranks_import_no_master_side(tmp_path: Path) -> None:
 # import some of them before any pmc code runs.
 STDLIB_WATCH = ("dataclasses", "inspect", "secrets", "hashlib", "subprocess", "json",
                 "datetime")
-OWN_PROBE = PROBE.replace(
-    'WATCH = ("pmc.adapters", "jsonschema", "structlog", "pmc.runtime.master", "pmc.dag.reader")',
-    f"WATCH = {STDLIB_WATCH!r}")
+OWN_PROBE = watching(STDLIB_WATCH)
 
 
 @pytest.mark.mpi
@@ -88,6 +96,37 @@ def test_ranks_import_no_more_of_the_standard_library_than_they_use(tmp_path: Pa
             _, rank, _, names = line.split()
             added[rank] = set(names.split(",")) - before - {"none"}
     assert added == {"0": {"json"} - before, "1": set(), "2": set()}, (added, before)
+
+
+# What a worker rank needs on rare paths only, or never: the logging module (no code but
+# pmc's runs in it, so nothing can hook its log: pmc.log.standalone), traceback (a
+# failure's report), threading (rank 0's SIGUSR1 watcher), typing (only the type checker
+# reads it: pmc.core.record), the DAG's model, the host script's runner (only with
+# --host-script). Each costs every rank's start up to millions of instructions.
+WORKER_UNUSED = ("logging", "traceback", "threading", "typing", "pmc.dag.model",
+                 "pmc.runtime.hostscript")
+
+
+@pytest.mark.mpi
+def test_worker_ranks_import_what_they_use_only(tmp_path: Path) -> None:
+    bare = subprocess.run(
+        [sys.executable, "-c",
+         f"import sys; print(*(m for m in {WORKER_UNUSED!r} if m in sys.modules))"],
+        env=clean_env(), capture_output=True, text=True, timeout=60, check=True)
+    before = set(bare.stdout.split())
+    dag = write_dag(tmp_path / "d.dag", DIAMOND)
+    r = probe(["pegasus", "-s", dag.name], tmp_path, mpi=3,
+              program=watching(WORKER_UNUSED))
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("[info] Workflow succeeded") == 1, r.stderr
+    added = {}
+    for line in r.stdout.splitlines():
+        if line.startswith("rank "):
+            _, rank, _, names = line.split()
+            added[rank] = set(names.split(",")) - before - {"none"}
+    # The master binds pmc.log to the "pmc" logger, where Python code may hook it.
+    master = set(WORKER_UNUSED) - {"pmc.runtime.hostscript"} - before
+    assert added == {"0": master, "1": set(), "2": set()}, (added, before)
 
 
 def test_json_logs_still_written(tmp_path: Path) -> None:
@@ -111,9 +150,7 @@ def test_help_still_lists_the_batch_commands(tmp_path: Path) -> None:
 
 # What reading the command line takes: on the master only, under MPI.
 READER = ("pmc.options", "pmc.commands.siteprofile", "pmc.commands.run")
-READER_PROBE = PROBE.replace(
-    'WATCH = ("pmc.adapters", "jsonschema", "structlog", "pmc.runtime.master", "pmc.dag.reader")',
-    f"WATCH = {READER!r}")
+READER_PROBE = watching(READER)
 
 
 @pytest.mark.mpi
@@ -165,3 +202,4 @@ def test_local_asked_for_under_mpi_is_read_by_every_rank(tmp_path: Path) -> None
     assert r.stderr.count("[info] Workflow succeeded") == 2, r.stderr
     for rank in range(2):
         assert rescue_done(tmp_path / f"d{rank}.dag.rescue") == ["a"]
+

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from pmc import __version__
 from pmc.commands import mpirank
 from pmc.errors import ExitCode
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing: see pmc.core.record
 if TYPE_CHECKING:
     import argparse
 

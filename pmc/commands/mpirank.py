@@ -96,6 +96,7 @@ def serve() -> int:
     from pmc.runtime import rankshim
 
     batchsignals.catch()
+    log.standalone()  # no code but pmc's here: nothing could hook the logging module
     log.setup()  # until the master's config says how this worker logs
     # Before MPI starts (see pmc.runtime.rankshim).
     rankshim.keep()

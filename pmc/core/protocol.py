@@ -44,7 +44,11 @@ At any point after CONFIG:
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing: see pmc.core.record
+if TYPE_CHECKING:
+    from typing import Any, NamedTuple
+else:
+    from pmc.core.record import NamedTuple
 
 # 4: STARTED, starts with RESULTS, START carries the wall time left; 5: WORKER_FAILED;
 # 6: PING, worker_timeout in WorkerConfig; 7: GPUs in HELLO, TaskSpec gpus and hosts;
@@ -80,7 +84,38 @@ FAILED_STATUS = 1 << 8
 
 # Any of the records below (the transports move them without looking inside, but for
 # the tag).
-Message = tuple[Any, ...]
+if TYPE_CHECKING:
+    Message = tuple[Any, ...]
+else:
+    Message = tuple  # (annotations are not evaluated: a name for them, at run time)
+
+
+class WorkerConfig(NamedTuple):
+    """What a worker needs to know from the master's command line: what the master
+    derives (the first four), then the run options marked for workers in
+    ``pmc.options.OPTIONS``, by their ``RunOptions`` names (a test holds the two equal).
+    No defaults: made from a ``RunOptions`` (``runtime.startup.worker_config``), whose
+    defaults are the table's."""
+
+    dag_path: str
+    out_path: str  # this worker's stdout file, "{rank}" replaced; "" with per-task stdio
+    err_path: str
+    log_level: int
+    per_task_stdio: bool
+    host_cpus: int | None  # None: detect
+    host_memory: int | None  # MB; None: detect
+    worker_slots: int
+    strict_limits: bool
+    keep_affinity: bool
+    set_affinity: bool
+    host_script: str | None
+    host_script_timeout: float  # seconds before SIGALRM
+    log_format: str  # "text" or "json"
+    worker_timeout: float  # seconds of silence before a peer counts as lost
+    host_gpus: int | None  # --host-gpus: declared GPUs; None: probe
+    task_launcher: str | None  # --task-launcher: multi-rank tasks' template
+    task_accounting: str  # --task-accounting: "auto", "cgroup" or "rusage"
+    limit_memory_by: str  # --limit-memory-by: "rlimit" or "cgroup"
 
 
 class Config(NamedTuple):
@@ -124,34 +159,6 @@ def config(worker_config: WorkerConfig) -> Config:
 
 def start(host_rank: int, run_host_script: bool, wall_left: float | None) -> Start:
     return Start(START, host_rank, run_host_script, wall_left)
-
-
-class WorkerConfig(NamedTuple):
-    """What a worker needs to know from the master's command line: what the master
-    derives (the first four), then the run options marked for workers in
-    ``pmc.options.OPTIONS``, by their ``RunOptions`` names (a test holds the two equal).
-    No defaults: made from a ``RunOptions`` (``runtime.startup.worker_config``), whose
-    defaults are the table's."""
-
-    dag_path: str
-    out_path: str  # this worker's stdout file, "{rank}" replaced; "" with per-task stdio
-    err_path: str
-    log_level: int
-    per_task_stdio: bool
-    host_cpus: int | None  # None: detect
-    host_memory: int | None  # MB; None: detect
-    worker_slots: int
-    strict_limits: bool
-    keep_affinity: bool
-    set_affinity: bool
-    host_script: str | None
-    host_script_timeout: float  # seconds before SIGALRM
-    log_format: str  # "text" or "json"
-    worker_timeout: float  # seconds of silence before a peer counts as lost
-    host_gpus: int | None  # --host-gpus: declared GPUs; None: probe
-    task_launcher: str | None  # --task-launcher: multi-rank tasks' template
-    task_accounting: str  # --task-accounting: "auto", "cgroup" or "rusage"
-    limit_memory_by: str  # --limit-memory-by: "rlimit" or "cgroup"
 
 
 class TaskSpec(NamedTuple):

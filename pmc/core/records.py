@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import math
 import time
-from typing import TYPE_CHECKING, Any
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing: see pmc.core.record
 if TYPE_CHECKING:
+    from typing import Any
+
     from pmc.core.events import Summary
 
 _second: list[Any] = [None, "", ""]  # the last whole second formatted: key, date-time, zone

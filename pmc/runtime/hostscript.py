@@ -6,12 +6,12 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from pmc import log
 from pmc.runtime.guard import Guard
 from pmc.runtime.launch import KILL_GRACE, group_alive, signal_group
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing: see pmc.core.record
 if TYPE_CHECKING:
     import subprocess
 

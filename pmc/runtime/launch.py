@@ -18,7 +18,6 @@ import os
 import select
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
 from pmc import log
 from pmc.core import protocol
@@ -31,7 +30,7 @@ from pmc.core.protocol import (
     signal_of,
 )
 from pmc.core.records import cluster_task_record
-from pmc.dag import split_command
+from pmc.dag.words import split_command
 from pmc.runtime.accounting import Accounting, not_wanted
 from pmc.runtime.declared import missing_output
 from pmc.runtime.guard import Guard
@@ -50,8 +49,10 @@ from pmc.runtime.taskio import (
     tail,
 )
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing: see pmc.core.record
 if TYPE_CHECKING:
     import subprocess
+    from typing import Any
 
 KILL_GRACE = 3.0  # seconds between SIGTERM and SIGKILL of a task's process group
 _FORWARD_FD_BASE = 100

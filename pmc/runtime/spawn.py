@@ -9,10 +9,10 @@ import os
 import resource
 import signal
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from pmc.core.protocol import TaskSpec
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing: see pmc.core.record
 if TYPE_CHECKING:
     import subprocess
 

@@ -13,11 +13,14 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable
-from typing import Any
 
 from pmc import log
 from pmc.core import protocol
 from pmc.core.protocol import TaskSpec
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing: see pmc.core.record
+if TYPE_CHECKING:
+    from typing import Any
 
 FILE_FORWARD_LIMIT = 1 << 20  # the reference's limit for -F files
 PIPE_MEMORY = 8 << 20

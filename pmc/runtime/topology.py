@@ -10,7 +10,12 @@ import os
 import re
 from collections.abc import Mapping
 from os.path import join
-from typing import NamedTuple
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing: see pmc.core.record
+if TYPE_CHECKING:
+    from typing import NamedTuple
+else:
+    from pmc.core.record import NamedTuple
 
 
 # Plain strings for paths, a NamedTuple for the record: every worker imports this module
@@ -27,7 +32,9 @@ class Gpu(NamedTuple):
 JOB_SET_VARIABLES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL",
                      "SLURM_JOB_GPUS")
 
-_BUS_ID = re.compile(r"^([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
+# Compiled at its first match (re caches it), not at import: a host without GPUs never
+# needs it.
+_BUS_ID = r"^([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$"
 _NVIDIA_SMI_TIMEOUT = 10.0
 
 
@@ -41,7 +48,7 @@ def _read(*path: str) -> str | None:
 
 def _pci_numa(root: str, bus_id: str) -> int | None:
     """The NUMA node sysfs gives the PCI device (None: unknown, or -1: no affinity)."""
-    m = _BUS_ID.match(bus_id.strip())
+    m = re.match(_BUS_ID, bus_id.strip())
     if m is None:
         return None
     domain, bus, dev, fn = m.groups()
@@ -79,7 +86,7 @@ def job_set(env: Mapping[str, str]) -> tuple[str, list[str]] | None:
 def _nvidia_proc(root: str) -> list[Gpu] | None:
     base = join(root, "proc/driver/nvidia/gpus")
     try:
-        names = sorted(n for n in os.listdir(base) if _BUS_ID.match(n))
+        names = sorted(n for n in os.listdir(base) if re.match(_BUS_ID, n))
     except OSError:
         return None
     if not names:
@@ -126,7 +133,7 @@ def _nvidia_smi(env: Mapping[str, str]) -> list[Gpu] | None:
 
 def _short_bus_id(bus_id: str) -> str:
     # nvidia-smi writes an 8-digit domain ("00000000:3B:00.0"); sysfs has 4.
-    m = _BUS_ID.match(bus_id)
+    m = re.match(_BUS_ID, bus_id)
     if m is None:
         return bus_id
     domain, bus, dev, fn = m.groups()

@@ -16,7 +16,6 @@ import signal
 import socket
 import sys
 import time
-import traceback
 from collections import deque
 from collections.abc import Callable
 
@@ -33,11 +32,15 @@ from pmc.runtime.hostinfo import (
     raise_nofile,
     task_environment,
 )
-from pmc.runtime.hostscript import HostScript
 from pmc.runtime.launch import KILL_GRACE, Launcher, Running
 from pmc.runtime.topology import cpu_numa_nodes, gpu_inventory
 from pmc.runtime.workersignals import Wakeup, catch_stops
-from pmc.transport import Transport, TransportError, look_interval
+from pmc.transport import TransportError, look_interval
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing: see pmc.core.record
+if TYPE_CHECKING:
+    from pmc.runtime.hostscript import HostScript
+    from pmc.transport import Transport
 
 # While every running task has its successor queued, results wait up to this long to
 # travel together: fewer messages for both ends, and the slots are not waiting (a slot
@@ -139,6 +142,8 @@ class Worker:
         assert path is not None
         env = dict(self.base_env, PMC_HOST_RANK=str(self.launcher.host_rank),
                    PMC_RANK=str(self.rank))
+        from pmc.runtime.hostscript import HostScript  # only with --host-script
+
         self.host_script = HostScript(path, self.rank, env, self.launcher.guard)
         return self.host_script.run(self.cfg.host_script_timeout, self.stop_coming,
                                     self.hostname)
@@ -352,6 +357,8 @@ def run(transport: Transport) -> int:
     except TransportError:
         raise
     except Exception:
+        import traceback  # only now: with logging, ~10 M instructions of every start
+
         _report_failure(transport, traceback.format_exc())
         raise
 
@@ -482,6 +489,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"usage: pmc-worker --fd N --rank R --size S (got {' '.join(args)})",
               file=sys.stderr)
         return ExitCode.USAGE
+    log.standalone()  # a fresh interpreter running pmc alone: nothing can hook its log
     return serve(fd, rank, size)
 
 

@@ -13,9 +13,12 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Callable
-from typing import Any
 
 from pmc.runtime.launch import Poller
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing: see pmc.core.record
+if TYPE_CHECKING:
+    from typing import Any
 
 STOPS = (signal.SIGTERM, signal.SIGINT)
 

@@ -1,4 +1,5 @@
-"""How the master and workers talk: one interface, an MPI and a local implementation.
+"""How the master and workers talk: one interface (``Transport``, in ``interface``), an
+MPI and a local implementation.
 
 The master and workers never import mpi4py themselves: ``pmc.transport.mpi`` does, and
 only when the run was started by an MPI launcher (importing mpi4py initialises MPI).
@@ -6,38 +7,19 @@ only when the run was started by an MPI launcher (importing mpi4py initialises M
 
 from __future__ import annotations
 
-from typing import Protocol
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing: see pmc.core.record
+if TYPE_CHECKING:
+    from pmc.transport.interface import Transport as Transport
 
-from pmc.core.protocol import Message
 
+def __getattr__(name: str) -> type[Transport]:
+    """``Transport``, from ``pmc.transport.interface`` when asked for: a worker rank,
+    which only names it in annotations, imports no typing."""
+    if name != "Transport":
+        raise AttributeError(f"module 'pmc.transport' has no attribute {name!r}")
+    from pmc.transport.interface import Transport as Transport
 
-class Transport(Protocol):
-    rank: int
-    size: int
-
-    def send(self, dest: int, msg: Message) -> None:
-        """Send one message; raise TransportError if the peer is gone."""
-
-    def poll(self, timeout: float | None) -> list[tuple[int, Message]]:
-        """Messages that arrived, waiting at most ``timeout`` seconds (None: for ever)
-        when none has. Returns [] on timeout."""
-        ...
-
-    def fileno(self) -> int | None:
-        """A descriptor that becomes readable when a message may be waiting, or None if
-        the transport can only be polled (MPI, but for a worker on the master's host)."""
-        ...
-
-    def lost(self) -> list[int]:
-        """Ranks whose socket broke since the last call (embedded workers, and MPI
-        workers on the master's host)."""
-        ...
-
-    def abandon(self, rank: int) -> None:
-        """The master gives up on a worker (lost, or silent too long): stop talking to
-        it, and make sure it does not go on (an embedded worker is killed)."""
-
-    def close(self) -> None: ...
+    return Transport
 
 
 def look_interval(quiet: float) -> float:

@@ -28,7 +28,6 @@ import socket
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NoReturn
 
 from pmc.core.protocol import Message
 from pmc.process import flush_stdio
@@ -36,8 +35,10 @@ from pmc.pychild import python_command
 from pmc.transport import TransportError
 from pmc.transport.stream import RECV, Conn, frame
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing: see pmc.core.record
 if TYPE_CHECKING:
     import subprocess
+    from typing import NoReturn
 
 # A worker's entry: its end of the socket pair (a descriptor), its rank, the run's size;
 # returns the worker's exit code.

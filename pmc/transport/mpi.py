@@ -30,14 +30,13 @@ with SIGUSR1, which batch systems also send as a warning that time is short: ran
 takes SIGUSR1 in a thread (blocked since before MPI started, ``pmc.runtime.rankshim``)
 that tells the two apart by the sender (``pmc.batchsignals``); a worker rank hears
 Hydra's through its keeper, as ``batchsignals.RANK_ENDED``, and takes a SIGUSR1 for a
-warning. The master never
-blocks on a worker: its sends through MPI are non-blocking, and a send to a dead rank
-(a large one waits for the receiver for ever) is left behind when the master gives up
-on that rank (``abandon``). When the launcher has said a rank ended, the master checks
-at once rather than after ``--worker-timeout``: ``probe`` sends every worker that talks
-through MPI a synchronous PING (``issend``), which completes as soon as that rank's MPI
-library has taken it, whatever its loop is doing; ``unanswered`` names those whose PING
-did not complete.
+warning. The master never blocks on a worker: its sends through MPI are non-blocking, and
+a send to a dead rank (a large one waits for the receiver for ever) is left behind when
+the master gives up on that rank (``abandon``). When the launcher has said a rank ended,
+the master checks at once rather than after ``--worker-timeout``: ``probe`` sends every
+worker that talks through MPI a synchronous PING (``issend``), which completes as soon
+as that rank's MPI library has taken it, whatever its loop is doing; ``unanswered``
+names those whose PING did not complete.
 """
 
 from __future__ import annotations
@@ -48,9 +47,7 @@ import selectors
 import signal
 import socket
 import struct
-import threading
 import time
-from typing import Any
 
 from pmc import batchsignals, log
 from pmc.core.protocol import Message, Shutdown, from_wire, ping, to_wire
@@ -58,6 +55,10 @@ from pmc.transport import TransportError, look_interval
 from pmc.transport.local import LocalWorker
 from pmc.transport.mpisettings import mpi_settings
 from pmc.transport.stream import RECV, Conn, frame
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing: see pmc.core.record
+if TYPE_CHECKING:
+    from typing import Any
 
 _added = mpi_settings(os.environ)  # taken back out once MPI has started
 os.environ.update(_added)
@@ -496,4 +497,5 @@ def _watch_usr1() -> None:
             else:
                 batchsignals.note(signal.SIGUSR1)
 
+    import threading  # here: a worker rank has a keeper, and does not start this thread
     threading.Thread(target=watch, name="pmc-sigusr1", daemon=True).start()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import errno
 import os
-from typing import ClassVar
 
 from pmc import log
 from pmc.runtime.accounting import cgroupfs
@@ -20,6 +19,10 @@ from pmc.runtime.accounting.cgroupfs import (
     write_file,
 )
 from pmc.runtime.accounting.slots import Slot, V1Slot, V2Slot, peak_mode
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing: see pmc.core.record
+if TYPE_CHECKING:
+    from typing import ClassVar
 
 
 class Groups:

@@ -4,7 +4,6 @@ from them, and they are reset or replaced between tasks."""
 from __future__ import annotations
 
 import os
-from typing import ClassVar
 
 from pmc.runtime.accounting.cgroupfs import (
     RESIDUAL_MAX,
@@ -15,6 +14,10 @@ from pmc.runtime.accounting.cgroupfs import (
     remove_group,
     write_file,
 )
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing: see pmc.core.record
+if TYPE_CHECKING:
+    from typing import ClassVar
 
 
 class Slot:
