@@ -465,8 +465,7 @@ _NOTICES: list[int] = []  # SIGUSR1s the master has not looked at yet (rank_ende
 
 
 def peer_lost() -> bool:
-    """Has a rank died (or exited: Hydra says so too) or been given up on? Then
-    MPI_Finalize may wait for it for ever: the caller leaves without it."""
+    """Has a rank died, exited or been given up on? MPI_Finalize may wait for it."""
     return bool(_LOST_PEER)
 
 
