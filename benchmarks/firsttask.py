@@ -136,11 +136,14 @@ def first_task(argv: list[str], stamp: Path, cwd: Path, env: dict[str, str],
             if not first and time.time() - t0 > timeout:
                 raise RuntimeError(f"no task started in {timeout} s: {argv}")
             master = _master(proc.pid, argv)
-            forked = children_of(master)
             for pid in _descendants(proc.pid):
                 seen.add(pid)
-                if pid in forked and cmdline(pid) == cmdline(master):
-                    continue  # forked, not yet exec'd: the master's own pages, shared
+                # Forked (or vforked: posix_spawn, subprocess) and not yet exec'd: the
+                # master's own pages, shared. Its parent is read now, not from a list
+                # taken before: a child started in between would count as "other".
+                if pid != master and _parent(pid) == master \
+                        and cmdline(pid) == cmdline(master):
+                    continue
                 kind = ("master" if pid == master
                         else "helper" if "edgehelper" in cmdline(pid) else "other")
                 peaks[kind] = max(peaks[kind], _hwm_mb(pid))
@@ -195,6 +198,14 @@ def _state(pid: int) -> str:
             return f.read().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
         return "Z"
+
+
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return -1
 
 
 def _master(pid: int, argv: list[str]) -> int:
