@@ -77,24 +77,32 @@ def test_worker_ranks_import_no_master_side(tmp_path: Path) -> None:
 # import some of them before any pmc code runs.
 STDLIB_WATCH = ("dataclasses", "inspect", "secrets", "hashlib", "subprocess", "json",
                 "datetime")
-OWN_PROBE = watching(STDLIB_WATCH)
 
 
-@pytest.mark.mpi
-def test_ranks_import_no_more_of_the_standard_library_than_they_use(tmp_path: Path) -> None:
+def imported_by_rank(modules: tuple[str, ...], tmp_path: Path,
+                     ) -> tuple[dict[str, set[str]], set[str]]:
+    """Which of ``modules`` each rank of a 3-rank drop-in run of the diamond imported
+    beyond those the bare interpreter already has (also returned)."""
     bare = subprocess.run(
         [sys.executable, "-c",
-         f"import sys; print(*(m for m in {STDLIB_WATCH!r} if m in sys.modules))"],
+         f"import sys; print(*(m for m in {modules!r} if m in sys.modules))"],
         env=clean_env(), capture_output=True, text=True, timeout=60, check=True)
     before = set(bare.stdout.split())
     dag = write_dag(tmp_path / "d.dag", DIAMOND)
-    r = probe(["pegasus", "-s", dag.name], tmp_path, mpi=3, program=OWN_PROBE)
+    r = probe(["pegasus", "-s", dag.name], tmp_path, mpi=3, program=watching(modules))
     assert r.returncode == 0, r.stderr
+    assert r.stderr.count("[info] Workflow succeeded") == 1, r.stderr
     added = {}
     for line in r.stdout.splitlines():
         if line.startswith("rank "):
             _, rank, _, names = line.split()
             added[rank] = set(names.split(",")) - before - {"none"}
+    return added, before
+
+
+@pytest.mark.mpi
+def test_ranks_import_no_more_of_the_standard_library_than_they_use(tmp_path: Path) -> None:
+    added, before = imported_by_rank(STDLIB_WATCH, tmp_path)
     assert added == {"0": {"json"} - before, "1": set(), "2": set()}, (added, before)
 
 
@@ -109,21 +117,7 @@ WORKER_UNUSED = ("logging", "traceback", "threading", "typing", "pmc.dag.model",
 
 @pytest.mark.mpi
 def test_worker_ranks_import_what_they_use_only(tmp_path: Path) -> None:
-    bare = subprocess.run(
-        [sys.executable, "-c",
-         f"import sys; print(*(m for m in {WORKER_UNUSED!r} if m in sys.modules))"],
-        env=clean_env(), capture_output=True, text=True, timeout=60, check=True)
-    before = set(bare.stdout.split())
-    dag = write_dag(tmp_path / "d.dag", DIAMOND)
-    r = probe(["pegasus", "-s", dag.name], tmp_path, mpi=3,
-              program=watching(WORKER_UNUSED))
-    assert r.returncode == 0, r.stderr
-    assert r.stderr.count("[info] Workflow succeeded") == 1, r.stderr
-    added = {}
-    for line in r.stdout.splitlines():
-        if line.startswith("rank "):
-            _, rank, _, names = line.split()
-            added[rank] = set(names.split(",")) - before - {"none"}
+    added, before = imported_by_rank(WORKER_UNUSED, tmp_path)
     # The master binds pmc.log to the "pmc" logger, where Python code may hook it.
     master = set(WORKER_UNUSED) - {"pmc.runtime.hostscript"} - before
     assert added == {"0": master, "1": set(), "2": set()}, (added, before)

@@ -182,12 +182,8 @@ def test_local_scheduler_runs_detached_and_reports_status(fakes: Fakes) -> None:
     assert proc.returncode == 1 and "it has already ended (COMPLETED" in proc.stderr
 
 
-def test_a_warning_to_the_batch_shell_alone_does_not_end_the_job(fakes: Fakes) -> None:
-    """Slurm's --signal=B:USR1@60 reaches the batch shell only: the script traps it (pmc
-    run acts on the warnings its ranks get) and the job runs to its end."""
-    import os
-    import signal
-
+def _gated_local_job(fakes: Fakes) -> str:
+    """A local job whose one task, A, has started and waits until ``release`` exists."""
     data = base_profile("local")
     del data["walltime"]
     site = fakes.profile("site.yaml", data)
@@ -198,6 +194,16 @@ def test_a_warning_to_the_batch_shell_alone_does_not_end_the_job(fakes: Fakes) -
     while not (fakes.work / "started").exists():
         assert time.monotonic() < deadline, "the task never started"
         time.sleep(0.1)
+    return job_id
+
+
+def test_a_warning_to_the_batch_shell_alone_does_not_end_the_job(fakes: Fakes) -> None:
+    """Slurm's --signal=B:USR1@60 reaches the batch shell only: the script traps it (pmc
+    run acts on the warnings its ranks get) and the job runs to its end."""
+    import os
+    import signal
+
+    job_id = _gated_local_job(fakes)
     os.kill(int(job_id.split("-")[0]), signal.SIGUSR1)
     time.sleep(0.5)
     (fakes.work / "release").touch()
@@ -213,16 +219,7 @@ def test_a_warning_to_the_batch_shell_alone_does_not_end_the_job(fakes: Fakes) -
 def test_a_cancelled_local_job_reads_cancelled(fakes: Fakes) -> None:
     """The script drains pmc run on SIGTERM and records its exit code (3, incomplete);
     status still says the job was cancelled, not that it failed."""
-    data = base_profile("local")
-    del data["walltime"]
-    site = fakes.profile("site.yaml", data)
-    (fakes.work / "gate.dag").write_text(
-        "TASK A /bin/sh -c 'touch started; while [ ! -e release ]; do sleep 0.1; done'\n")
-    job_id = fakes.pmc("submit", "--site", str(site), "gate.dag", check=True).stdout.strip()
-    deadline = time.monotonic() + 60
-    while not (fakes.work / "started").exists():
-        assert time.monotonic() < deadline, "the task never started"
-        time.sleep(0.1)
+    job_id = _gated_local_job(fakes)
     fakes.pmc("jobs", "cancel", "--scheduler", "local", job_id, check=True)
     _wait_local(fakes, job_id)
     status = fakes.pmc("jobs", "status", "--scheduler", "local", job_id, check=True)
