@@ -430,6 +430,38 @@ def children_of(pid: int) -> list[int]:
     return out
 
 
+def descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it, as /proc shows them now."""
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        todo.extend(children_of(p))
+    return found
+
+
+def parent_of(pid: int) -> int:
+    """A process's parent as /proc shows it now; -1 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
+def hwm_mb(pid: int) -> float:
+    """A process's peak resident set (VmHWM) in MiB; 0 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
 def cmdline(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:

@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import PYTHON, REPO, children_of, cmdline, machine, median, pmc_env
+from _common import PYTHON, REPO, cmdline, descendants, hwm_mb, machine, median, pmc_env
 
 _SUMMARY = re.compile(r"\[cluster-summary stat=\"(\w+)\", tasks=(\d+), submitted=(\d+), "
                       r"succeeded=(\d+), failed=(\d+), .*?duration=([\d.]+)")
@@ -54,17 +54,6 @@ def write_dags(work: Path, n: int) -> dict[str, Path]:
     return {"array": array, "plain": plain}
 
 
-def _hwm_mb(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
-
-
 def _comm(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/comm") as f:
@@ -73,20 +62,10 @@ def _comm(pid: int) -> str:
         return ""
 
 
-def _descendants(pid: int) -> list[int]:
-    found: list[int] = []
-    todo = [pid]
-    while todo:
-        p = todo.pop()
-        found.append(p)
-        todo.extend(children_of(p))
-    return found
-
-
 def _peaks(master: int, peaks: dict[str, float]) -> None:
     """Raise ``peaks`` to the processes' VmHWM now: the master, workers, the others (not
     the tasks, /bin/true, too short-lived to matter or to be seen)."""
-    for pid in _descendants(master):
+    for pid in descendants(master):
         if pid == master:
             kind = "master"
         elif _comm(pid).startswith("pmc-worker"):
@@ -95,7 +74,7 @@ def _peaks(master: int, peaks: dict[str, float]) -> None:
             kind = "other"
         else:
             continue
-        peaks[kind] = max(peaks[kind], _hwm_mb(pid))
+        peaks[kind] = max(peaks[kind], hwm_mb(pid))
 
 
 def run(dag: Path, workers: int, env: dict[str, str], first_only: bool,

@@ -44,12 +44,14 @@ from pathlib import Path
 from _common import (
     PYTHON,
     TICK,
-    children_of,
     cmdline,
     cpu_ticks,
+    descendants,
+    hwm_mb,
     machine,
     median,
     mpiexec,
+    parent_of,
     pmc_env,
     reference_launch,
     write_big,
@@ -88,27 +90,6 @@ def write_shape(work: Path, shape: str, n: int, script: Path) -> Path:
     return path
 
 
-def _hwm_mb(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
-
-
-def _descendants(pid: int) -> list[int]:
-    found: list[int] = []
-    todo = [pid]
-    while todo:
-        p = todo.pop()
-        found.append(p)
-        todo.extend(children_of(p))
-    return found
-
-
 def first_task(argv: list[str], stamp: Path, cwd: Path, env: dict[str, str],
                timeout: float = 300, window: float = 0.0) -> dict[str, float]:
     """Start ``argv``; seconds until the stamp's time, peak RSS by kind of process, and
@@ -136,17 +117,17 @@ def first_task(argv: list[str], stamp: Path, cwd: Path, env: dict[str, str],
             if not first and time.time() - t0 > timeout:
                 raise RuntimeError(f"no task started in {timeout} s: {argv}")
             master = _master(proc.pid, argv)
-            for pid in _descendants(proc.pid):
+            for pid in descendants(proc.pid):
                 seen.add(pid)
                 # Forked (or vforked: posix_spawn, subprocess) and not yet exec'd: the
                 # master's own pages, shared. Its parent is read now, not from a list
                 # taken before: a child started in between would count as "other".
-                if pid != master and _parent(pid) == master \
+                if pid != master and parent_of(pid) == master \
                         and cmdline(pid) == cmdline(master):
                     continue
                 kind = ("master" if pid == master
                         else "helper" if "edgehelper" in cmdline(pid) else "other")
-                peaks[kind] = max(peaks[kind], _hwm_mb(pid))
+                peaks[kind] = max(peaks[kind], hwm_mb(pid))
                 try:
                     ticks[pid] = cpu_ticks(pid)
                 except (OSError, ValueError, IndexError):
@@ -161,7 +142,7 @@ def first_task(argv: list[str], stamp: Path, cwd: Path, env: dict[str, str],
         return {"first_s": first - t0, "cpu_s": cpu, "rate": started / window if window else 0,
                 **{f"{k}_mb": v for k, v in peaks.items()}}
     finally:
-        seen.update(_descendants(proc.pid))
+        seen.update(descendants(proc.pid))
         for pid in seen:  # processes of this run only: our session, or started by it
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -200,20 +181,12 @@ def _state(pid: int) -> str:
         return "Z"
 
 
-def _parent(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return -1
-
-
 def _master(pid: int, argv: list[str]) -> int:
     """pmc's master is the process started; under a launcher, the first rank it started
     (the lowest pid: pids are not reused that fast), below its proxy if it has one."""
     if "mpiexec" not in Path(argv[0]).name:
         return pid
-    ranks = [p for p in _descendants(pid)[1:]
+    ranks = [p for p in descendants(pid)[1:]
              if ("pegasus-mpi-cluster" in cmdline(p) or " pmc " in f" {cmdline(p)} ")
              and "edgehelper" not in cmdline(p)]
     return min(ranks, default=-1)
