@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
+from openrunkit import OpenRun
 from pmctest import DIAMOND, mpiexec, pmc, pmc_mpi, write_dag
 
 
@@ -48,3 +49,12 @@ def _no_user_site_profile(tmp_path_factory: pytest.TempPathFactory):
     patch.delenv("PMC_SITE", raising=False)
     yield
     patch.undo()
+
+
+@pytest.fixture
+def runs() -> Iterator[list[OpenRun]]:
+    """Open runs a test started (append each): stopped at its end, whatever happened."""
+    started: list[OpenRun] = []
+    yield started
+    for run in started:
+        run.stop()

@@ -16,7 +16,7 @@ import struct
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,14 +24,6 @@ from openrunkit import LOG, WAIT_FOR, OpenRun, ran, wait_until
 from pmctest import MPIEXEC, pmc, rescue_done, write_dag
 
 from pmc.client import Client, SubmitError
-
-
-@pytest.fixture
-def runs() -> Iterator[list[OpenRun]]:
-    started: list[OpenRun] = []
-    yield started
-    for run in started:
-        run.stop()
 
 
 def test_tasks_added_from_a_file_and_stdin_with_edges_to_done_and_pending(tmp_path, runs):

@@ -11,7 +11,6 @@ import json
 import os
 import socket
 import struct
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,14 +19,6 @@ from pmctest import pmc, write_dag
 
 from pmc.client import Client
 from pmc.openchannel import proof
-
-
-@pytest.fixture
-def runs() -> Iterator[list[OpenRun]]:
-    started: list[OpenRun] = []
-    yield started
-    for run in started:
-        run.stop()
 
 LOOPBACK = "127.0.0.1:0"
 
