@@ -183,8 +183,9 @@ def test_hostile_messages_and_a_wrong_token_are_refused(tmp_path, runs):
     assert (os.stat(sock).st_mode & 0o777) == 0o600
     assert (os.stat(tmp_path / "wf.dag.token").st_mode & 0o777) == 0o600
     add = {"op": "add", "text": "TASK Z /bin/sh -c 'echo Z >> ran.txt'\n"}
+    wrong = ("y" if token[0] == "x" else "x") + token[1:]  # one character off, always
     answers = {
-        "wrong token": _raw(sock, _frame({**add, "token": "x" + token[1:]})),
+        "wrong token": _raw(sock, _frame({**add, "token": wrong})),
         "no token": _raw(sock, _frame(add)),
         "garbage": _raw(sock, struct.pack(">I", 12) + b"\xff\xfe not json!"),
         "not json": _raw(sock, struct.pack(">I", 7) + b"{'op':}"),
