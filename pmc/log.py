@@ -114,6 +114,10 @@ class Writer:
         except (OSError, ValueError):
             pass  # a closed stderr must not take the run down
 
+    def write_py(self, levelno: int, msg: str, created: float) -> None:
+        """``write`` for a record at a logging level (the handler's side)."""
+        self.write(from_py(levelno), msg, created)
+
 
 def _bind() -> logging.Logger:
     """The "pmc" logger, and pmc.log tied to it: its level decides, its handlers hear."""
@@ -172,7 +176,7 @@ def setup(level: int = INFO, stream: Stream | None = None, prefix: str = "",
         return
     from pmc import logbridge
 
-    _hook = logbridge.install(_bind(), _own, threshold)
+    _hook = logbridge.install(_bind(), _own.write_py, _lock, threshold, TRACE_LEVEL)
 
 
 def level() -> int:

@@ -1,7 +1,8 @@
 """pmc.log's side in the standard ``logging`` module: the handler that writes pmc's lines
 on the "pmc" logger, and the fast ``LogRecord`` made for other handlers. Imported once
 pmc.log binds to that logger (``setup``, or a message before it), never by an MPI worker
-rank (``pmc.log.standalone``)."""
+rank (``pmc.log.standalone``). It imports nothing of pmc: what the handler writes
+through, the lock it takes and the TRACE level's number are given to ``install``."""
 
 from __future__ import annotations
 
@@ -10,38 +11,42 @@ import os
 import sys
 import threading
 import time
-
-from pmc import log
+from collections.abc import Callable
+from typing import Any
 
 
 class Handler(logging.Handler):
-    """pmc's own output on the "pmc" logger: what reaches it goes to ``log.Writer``."""
+    """pmc's own output on the "pmc" logger: ``write(levelno, message, created)`` for
+    each record that reaches it, under ``lock``."""
 
-    def __init__(self, writer: log.Writer) -> None:
-        super().__init__(logging.NOTSET)
-        self.writer = writer
+    def __init__(self, write: Callable[[int, str, float], None], lock: Any) -> None:
+        self.write = write
+        self.given_lock = lock
+        super().__init__(logging.NOTSET)  # which calls createLock
 
     def createLock(self) -> None:  # logging calls it by this name
-        self.lock = log._lock  # orders its writes with the live progress line
+        self.lock = self.given_lock  # pmc.log's: orders writes with the live progress line
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.writer.write(log.from_py(record.levelno), record.getMessage(), record.created)
+        self.write(record.levelno, record.getMessage(), record.created)
 
 
-def install(logger: logging.Logger, writer: log.Writer, threshold: int) -> Handler:
-    """Put a handler writing through ``writer`` on ``logger`` in place of the one an
-    earlier call installed (handlers added by others stay), at ``threshold``, and stop
-    propagation to the root logger: pmc's output is exactly the reference's whatever the
-    root logger does."""
+def install(logger: logging.Logger, write: Callable[[int, str, float], None], lock: Any,
+            threshold: int, trace_level: int) -> Handler:
+    """Put a handler calling ``write`` under ``lock`` on ``logger`` in place of the one
+    an earlier call installed (handlers added by others stay), at ``threshold``; name
+    ``trace_level`` TRACE; and stop propagation to the root logger: pmc's output is
+    exactly the reference's whatever the root logger does."""
     global _process_name
     mp = sys.modules.get("multiprocessing")
     if mp is not None:  # as LogRecord finds it
         _process_name = mp.current_process().name
-    logging.addLevelName(log.TRACE_LEVEL, "TRACE")
+    logging.addLevelName(trace_level, "TRACE")
+    _LEVEL_NAMES[trace_level] = "TRACE"
     for h in list(logger.handlers):
         if isinstance(h, Handler):
             logger.removeHandler(h)
-    handler = Handler(writer)
+    handler = Handler(write, lock)
     logger.addHandler(handler)
     logger.setLevel(threshold)
     logger.propagate = False
@@ -80,7 +85,6 @@ class Record(logging.LogRecord):
 
 
 _LEVEL_NAMES = {logging.CRITICAL: "CRITICAL", logging.ERROR: "ERROR",
-                logging.WARNING: "WARNING", logging.INFO: "INFO", logging.DEBUG: "DEBUG",
-                log.TRACE_LEVEL: "TRACE"}
+                logging.WARNING: "WARNING", logging.INFO: "INFO", logging.DEBUG: "DEBUG"}
 _START = time.time()
 _process_name = "MainProcess"
