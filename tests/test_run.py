@@ -179,7 +179,8 @@ def test_tasks_get_the_users_environment_unchanged(tmp_path: Path,
 
 # What pmc starts its own MPI library with (pmc.transport.mpi), and a value of each a
 # user might set.
-PMC_MPI_SETTINGS = {"UCX_MEM_EVENTS": "yes", "MPIR_CVAR_NOLOCAL": "0"}
+PMC_MPI_SETTINGS = {"UCX_MEM_EVENTS": "yes", "MPIR_CVAR_NOLOCAL": "0", "UCX_TLS": "tcp,self",
+                    "UCX_MODULES": "cma"}
 
 
 @pytest.mark.parametrize("users", [False, True])

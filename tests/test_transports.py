@@ -57,15 +57,18 @@ SLURM_PMI2 = {"PMI_RANK": "0", "PMI_SIZE": "3", "PMI_FD": "9", "PMI_JOBID": "17.
 
 
 @pytest.mark.parametrize(("environ", "settings"), [
-    # mpiexec with every rank on this host: no shared-memory segment among them.
-    (HYDRA_ONE_HOST, {"UCX_MEM_EVENTS": "no", "MPIR_CVAR_NOLOCAL": "1"}),
+    # mpiexec with every rank on this host: no shared-memory segment among them, and
+    # UCX tries no network.
+    (HYDRA_ONE_HOST, {"UCX_MEM_EVENTS": "no", "MPIR_CVAR_NOLOCAL": "1",
+                      "UCX_TLS": "self,sysv,posix", "UCX_MODULES": ""}),
     # Ranks on other hosts, or a launcher that does not say (srun --mpi=pmi2, Open
     # MPI): MPICH's own choice, so that ranks do not publish their whole address.
     (HYDRA_TWO_HOSTS, {"UCX_MEM_EVENTS": "no"}),
     (SLURM_PMI2, {"UCX_MEM_EVENTS": "no"}),
     ({"OMPI_COMM_WORLD_SIZE": "3"}, {"UCX_MEM_EVENTS": "no"}),
     # What the user set stays theirs.
-    ({**HYDRA_ONE_HOST, "MPIR_CVAR_NOLOCAL": "0"}, {"UCX_MEM_EVENTS": "no"}),
+    ({**HYDRA_ONE_HOST, "MPIR_CVAR_NOLOCAL": "0", "UCX_TLS": "tcp"},
+     {"UCX_MEM_EVENTS": "no", "UCX_MODULES": ""}),
     ({**SLURM_PMI2, "UCX_MEM_EVENTS": "yes"}, {}),
 ])
 def test_pmc_mpi_settings_by_launcher(environ: dict[str, str],
