@@ -30,9 +30,9 @@ ranks have met.
   ranks of this host to reach, for which its shared-memory transports are enough.
   Otherwise each rank probes every transport UCX has: it lists the host's network
   interfaces for TCP, loads the InfiniBand, RDMA CM and cross-memory-attach modules and
-  tries their devices. A one-task run of 17 ranks on 2 cores: 3.06 s of cpu with the
-  probes, 2.44-2.58 s without (``benchmarks/RESULTS.md``). Tasks, which may be MPI
-  programs reaching other hosts, never see these settings (see above).
+  tries their devices. One-task runs of 9 and 17 ranks on 2 cores: 1.82 and 3.28 s of
+  cpu with the probes, 1.51 and 2.82 s without (``benchmarks/RESULTS.md``). Tasks,
+  which may be MPI programs reaching other hosts, never see these settings (see above).
 """
 
 from __future__ import annotations
