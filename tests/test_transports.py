@@ -6,6 +6,7 @@ the MPI transport itself under ``mpiexec`` (through MPI only, and through host s
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -60,7 +61,7 @@ SLURM_PMI2 = {"PMI_RANK": "0", "PMI_SIZE": "3", "PMI_FD": "9", "PMI_JOBID": "17.
     # mpiexec with every rank on this host: no shared-memory segment among them, and
     # UCX tries no network.
     (HYDRA_ONE_HOST, {"UCX_MEM_EVENTS": "no", "MPIR_CVAR_NOLOCAL": "1",
-                      "UCX_TLS": "self,sysv,posix", "UCX_MODULES": ""}),
+                      "UCX_TLS": "self,sysv", "UCX_MODULES": ""}),
     # Ranks on other hosts, or a launcher that does not say (srun --mpi=pmi2, Open
     # MPI): MPICH's own choice, so that ranks do not publish their whole address.
     (HYDRA_TWO_HOSTS, {"UCX_MEM_EVENTS": "no"}),
@@ -74,6 +75,34 @@ SLURM_PMI2 = {"PMI_RANK": "0", "PMI_SIZE": "3", "PMI_FD": "9", "PMI_JOBID": "17.
 def test_pmc_mpi_settings_by_launcher(environ: dict[str, str],
                                       settings: dict[str, str]) -> None:
     assert mpi_settings(environ) == settings
+
+
+MOUNT_THEN_RUN = 'mount -t tmpfs -o size=64m tmpfs /dev/shm && exec "$@"'
+
+
+def _can_mount_a_dev_shm() -> bool:
+    """Whether this process may give a command a /dev/shm of its own (root, with the
+    right to mount: not in an unprivileged container)."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return False
+    return subprocess.run(["unshare", "-m", "sh", "-c", MOUNT_THEN_RUN, "sh", "true"],
+                          capture_output=True, check=False).returncode == 0
+
+
+@pytest.mark.mpi
+def test_seventeen_ranks_start_in_a_small_dev_shm(tmp_path: Path) -> None:
+    # A container's /dev/shm is often 64 MB (podman's and docker's default). UCX's
+    # POSIX shared memory kept its queues there, and 17 ranks on one host died as they
+    # started (UCX's defaults: 3 runs of 3); pmc's one-host settings keep MPI out of it.
+    if not _can_mount_a_dev_shm():
+        pytest.skip("needs the right to mount a small /dev/shm for the run (root, unshare)")
+    (tmp_path / "w.dag").write_text("TASK A /bin/true\n")
+    r = subprocess.run(["unshare", "-m", "sh", "-c", MOUNT_THEN_RUN, "sh", mpiexec(), "-n",
+                        "17", sys.executable, "-m", "pmc", "run", "w.dag"],
+                       cwd=tmp_path, env=clean_env(), capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "stat=\"ok\", tasks=1" in r.stdout
 
 
 # -- stream framing ---------------------------------------------------------------------

@@ -25,14 +25,17 @@ ranks have met.
   its time limit, and across hosts grows with every rank. The condition is the same on
   every rank (MPICH ranks that differ on it never get through MPI_Init): Hydra gives
   each rank the job's size and its host's number of ranks.
-- ``UCX_TLS=self,sysv,posix`` and ``UCX_MODULES=`` (empty: no plug-in modules), on the
+- ``UCX_TLS=self,sysv`` and ``UCX_MODULES=`` (empty: no plug-in modules), on the
   same condition: with every rank on this host, UCX (MPICH's network layer) has only
-  ranks of this host to reach, for which its shared-memory transports are enough.
+  ranks of this host to reach, for which its System V shared memory is enough.
   Otherwise each rank probes every transport UCX has: it lists the host's network
   interfaces for TCP, loads the InfiniBand, RDMA CM and cross-memory-attach modules and
   tries their devices. One-task runs of 9 and 17 ranks on 2 cores: 1.82 and 3.28 s of
-  cpu with the probes, 1.51 and 2.82 s without (``benchmarks/RESULTS.md``). Tasks,
-  which may be MPI programs reaching other hosts, never see these settings (see above).
+  cpu with the probes, 1.51 and 2.82 s without (``benchmarks/RESULTS.md``). System V
+  rather than POSIX shared memory: UCX's POSIX transport keeps its queues in
+  ``/dev/shm``, which a container may have small (64 MB under podman and docker), where
+  17 ranks then die as they start (2 runs of 3; 0 of 3 with System V). Tasks, which may
+  be MPI programs reaching other hosts, never see these settings (see above).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 # With every rank on this host (Hydra says so).
-ONE_HOST = {"MPIR_CVAR_NOLOCAL": "1", "UCX_TLS": "self,sysv,posix", "UCX_MODULES": ""}
+ONE_HOST = {"MPIR_CVAR_NOLOCAL": "1", "UCX_TLS": "self,sysv", "UCX_MODULES": ""}
 
 
 def mpi_settings(environ: Mapping[str, str]) -> dict[str, str]:
