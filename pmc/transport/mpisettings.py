@@ -30,8 +30,8 @@ ranks have met.
   ranks of this host to reach, for which its System V shared memory is enough.
   Otherwise each rank probes every transport UCX has: it lists the host's network
   interfaces for TCP, loads the InfiniBand, RDMA CM and cross-memory-attach modules and
-  tries their devices. One-task runs of 9 and 17 ranks on 2 cores: 1.82 and 3.28 s of
-  cpu with the probes, 1.51 and 2.82 s without (``benchmarks/RESULTS.md``). System V
+  tries their devices. One-task runs of 9 and 17 ranks on 2 cores: 1.73 and 3.24 s of
+  cpu with the probes, 1.36 and 2.79 s without (``benchmarks/RESULTS.md``). System V
   rather than POSIX shared memory: UCX's POSIX transport keeps its queues in
   ``/dev/shm``, which a container may have small (64 MB under podman and docker), where
   17 ranks then die as they start (2 runs of 3; 0 of 3 with System V). Tasks, which may
