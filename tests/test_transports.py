@@ -93,7 +93,8 @@ def _can_mount_a_dev_shm() -> bool:
 def test_seventeen_ranks_start_in_a_small_dev_shm(tmp_path: Path) -> None:
     # A container's /dev/shm is often 64 MB (podman's and docker's default). UCX's
     # POSIX shared memory kept its queues there, and 17 ranks on one host died as they
-    # started (UCX's defaults: 3 runs of 3); pmc's one-host settings keep MPI out of it.
+    # started (with UCX's own choice of transports, in 3 runs of 3); pmc's one-host
+    # settings keep MPI out of it.
     if not _can_mount_a_dev_shm():
         pytest.skip("needs the right to mount a small /dev/shm for the run (root, unshare)")
     (tmp_path / "w.dag").write_text("TASK A /bin/true\n")

@@ -33,9 +33,10 @@ ranks have met.
   tries their devices. One-task runs of 9 and 17 ranks on 2 cores: 1.73 and 3.24 s of
   cpu with the probes, 1.36 and 2.79 s without (``benchmarks/RESULTS.md``). System V
   rather than POSIX shared memory: UCX's POSIX transport keeps its queues in
-  ``/dev/shm``, which a container may have small (64 MB under podman and docker), where
-  17 ranks then die as they start (2 runs of 3; 0 of 3 with System V). Tasks, which may
-  be MPI programs reaching other hosts, never see these settings (see above).
+  ``/dev/shm``, which a container may have small (64 MB under podman and docker): there
+  17 ranks died as they started in 2 runs of 3 with it, in none with System V alone.
+  Tasks, which may be MPI programs reaching other hosts, never see these settings (see
+  above).
 """
 
 from __future__ import annotations
