@@ -399,3 +399,32 @@ def test_long_tasks_queue_one_behind_each_running_one(tmp_path: Path) -> None:
     assert master.chains.limit == 1
     assert sim.deep, "two deep at first, before any task's length was known"
     assert max(sim.deep) <= sim.first_results, "one deep once results told"
+
+
+def outranked_dag(tmp_path: Path) -> Path:
+    # a and b first (priority 5); c, a's child, outranks the fillers (priority 1) queued
+    # meanwhile. Each task writes its name to `starts` as it starts.
+    def task(name: str, priority: int, seconds: float) -> str:
+        return f"TASK {name} -p {priority} /bin/sh -c 'echo {name} >> starts; sleep {seconds}'\n"
+    return write_dag(tmp_path / "rank.dag", task("a", 5, 0.5) + task("b", 5, 3) +
+                     task("c", 9, 0) + "".join(task(f"f{i}", 1, 1) for i in range(6)) +
+                     "EDGE a c\n")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["local", "mpi"])
+def test_a_task_ready_later_that_outranks_queued_ones_takes_the_first_free_slot(
+        mode: str, tmp_path: Path) -> None:
+    # Two slots: a and b run with fillers queued behind them. When a ends, f0 starts in
+    # its place and c becomes ready, outranking the fillers still queued: they are taken
+    # back, and c starts on the first slot to free up (when f0 ends), not behind a
+    # filler queued there, nor behind b.
+    dag = outranked_dag(tmp_path)
+    args = ["run", dag.name, "--per-task-stdio"]
+    r = pmc([*args, "--workers", "2"], tmp_path) if mode == "local" else pmc_mpi(3, args, tmp_path)
+    assert r.returncode == 0, r.stderr
+    started = (tmp_path / "starts").read_text().split()
+    assert sorted(started) == sorted(["a", "b", "c", *(f"f{i}" for i in range(6))])
+    assert sorted(started[:started.index("c")]) == ["a", "b", "f0"]
+    outs = sorted(p.name for p in tmp_path.glob("*.out.*"))
+    assert outs == sorted(f"{name}.out.000" for name in started), "taken back: no try"

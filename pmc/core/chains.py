@@ -137,6 +137,16 @@ class Chains:
             return entry
         return self.queued[task_id][0], None
 
+    def replaceable(self, task_id: int, kind: Kind) -> bool:
+        """Whether a task asking for ``kind`` could wait in this queued task's place: it
+        is not asked back already, and asks for no less."""
+        own = self._kind.get(task_id)
+        if own is None or task_id in self._recalling or own[0] < kind[0] or \
+                own[1] < kind[1]:
+            return False
+        gpus = kind[2] if len(kind) > 2 else 0
+        return not gpus or (len(own) > 2 and own[2] >= gpus)
+
     def busy_workers(self) -> set[Worker]:
         return {w for w, _a in self.running.values()}
 

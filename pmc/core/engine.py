@@ -398,6 +398,20 @@ class Engine:
         task = self.dag.tasks[task_id]
         self._ready(task_id, options_of(task), task.array)
 
+    def key_of(self, task_id: int) -> int:
+        """A task's place among the ready tasks of its class (lower goes first), as
+        ``ready_heads`` gives it."""
+        task = self.dag.tasks[task_id]
+        return self._key_of(task_id, options_of(task), task.array)
+
+    def _key_of(self, task_id: int, o: TaskOptions, owner: Array | None) -> int:
+        order = self.order
+        if order is not None:
+            return order.key(task_id, o.priority)
+        if owner is None:
+            return (-o.priority << 64) | task_id  # see _key
+        return _key(o.priority, task_id, task_id - owner.first)
+
     def _ready(self, task_id: int, o: TaskOptions, owner: Array | None,
                counted: bool = False) -> None:
         """``owner``: the array of a member (its index orders it), else None."""
@@ -405,13 +419,7 @@ class Engine:
         if not counted:
             self.nready += 1
         cls = (o.cpus, o.memory) if o.gpus == 0 and o.ranks == 1 else request_of(o)
-        order = self.order
-        if order is not None:
-            key = order.key(task_id, o.priority)
-        elif owner is None:
-            key = (-o.priority << 64) | task_id  # see _key
-        else:
-            key = _key(o.priority, task_id, task_id - owner.first)
+        key = self._key_of(task_id, o, owner)
         heap = self.classes.get(cls)
         if heap is None:
             self.classes[cls] = [key]

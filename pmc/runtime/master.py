@@ -272,6 +272,7 @@ class Master:
         self.seq[task_id] = self.next_seq
         self.next_seq += 1
         task = self.dag.task(task_id) if self.members else self.dag.made[task_id]
+        self.placer.readied(task_id)
         if self.debug:
             log.debug(f"Queueing task {task.name}")
         self.out.ready(task, self.seq[task_id])
@@ -289,6 +290,8 @@ class Master:
             self.recall(tid for tid in chains.queued if self.placer.fits_now(tid))
         for rank, specs in batches.items():
             self.send(rank, protocol.tasks(specs))
+        if self.placer.fresh:  # after the tasks just queued, which it may take back too
+            self.recall(self.placer.outranked())
 
     def tell_queued(self) -> None:
         """Observers hear how many tasks wait on workers, when it changed."""

@@ -48,6 +48,8 @@ class Placer:
         # (pmc.runtime.losses): they start only on a free slot from now on, where the
         # master knows they run, so that one that kills its workers is told apart.
         self.never_queue: set[int] = set()
+        self.fresh: list[int] = []  # tasks ready since the last round (``outranked``)
+        self.for_free_slot: set[int] = set()  # ready tasks queued behind none
 
     def announce(self, task_ids: list[int], number: int) -> int:
         """Tell the observers the tasks ready at the start (the master's ``mark_ready``
@@ -133,6 +135,8 @@ class Placer:
                 task_id = engine.pop(cls)
                 if self.members and tasks[task_id].__class__ is MemberSlot:
                     self.make(task_id)
+                if self.for_free_slot:
+                    self.for_free_slot.discard(task_id)
                 placed = True
                 if not self.admit(task_id, left):
                     break
@@ -182,7 +186,8 @@ class Placer:
             # Only the task that would be chosen next anyway: prefetching must not
             # reorder priorities, nor starve a bigger task waiting for resources.
             key, cls = engine.ready_heads()[0]
-            if self.never_queue and engine.task_of(key) in self.never_queue:
+            if (self.never_queue and engine.task_of(key) in self.never_queue) or \
+                    (self.for_free_slot and engine.task_of(key) in self.for_free_slot):
                 break  # it waits for a free slot
             gpus = 0
             if len(cls) > 2:
@@ -212,6 +217,48 @@ class Placer:
                 self.log_placed(task_id, worker, tail)
             batches.setdefault(worker.rank, []).append(
                 self.spec(task_id, cpu_ids, after=tail, gpus=ids))
+
+    def readied(self, task_id: int) -> None:
+        """A task became ready while the run is under way (see ``outranked``)."""
+        if self.prefetch and self.chains.limit == 1:
+            self.fresh.append(task_id)
+
+    def outranked(self) -> list[int]:
+        """Queued tasks to ask back: those a task outranks that became ready since the
+        last round and found no free slot. That task then starts on the first slot to
+        free up, and nothing is queued while it is the next to start (``for_free_slot``),
+        as without prefetching; queued behind a running task it would wait for that one,
+        however long it has left, and behind tasks queued before it was ready. (Pegasus
+        ranks a workflow's later levels higher, and a fan-in task on the critical path
+        would wait so.) Only while tasks are queued one to a slot: they are long enough
+        that the round trips this costs are small against them."""
+        fresh, self.fresh = self.fresh, []
+        chains = self.chains
+        if not chains.queued or chains.limit != 1:
+            return []
+        engine = self.engine
+        state = engine.state
+        tasks = self.dag.made
+        # By priority (and path) alone, not the id: a task of the same rank that came
+        # later does not take the place of one that came first.
+        queued = [(engine.key_of(q) >> 32, q) for q in chains.queued]
+        worst = max(queued)[0]
+        best = worst
+        kinds = set()
+        for task_id in fresh:
+            if state[task_id] != State.READY or task_id in self.never_queue:
+                continue
+            rank = engine.key_of(task_id) >> 32
+            if rank >= worst:
+                continue
+            cls = request_of(options_of(tasks[task_id]))
+            if len(cls) > 2 and cls[3] != 1:
+                continue  # a multi-rank task waits behind none anyway
+            self.for_free_slot.add(task_id)
+            best = min(best, rank)
+            kinds.add(cls)
+        return [q for rank, q in queued if rank > best
+                and any(chains.replaceable(q, cls) for cls in kinds)]
 
     def unqueued(self, task_ids: list[int]) -> None:
         """Queued tasks came back unstarted: the GPU and cpu ids they were sent with are
