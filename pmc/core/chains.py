@@ -13,7 +13,8 @@ next tasks travel many to a message (10,000 /bin/true drop-in: 0.70 of the spawn
 with 2, 0.80 with 6, 0.85 with 16; 32, holding 20 ms, half the messages of 16 and a
 fifth less master cpu per task, embedded); long ones one queued task each, as more
 would only keep tasks from slots that free up sooner, and from higher priorities that
-become ready meanwhile. ``FIRST_DEPTH`` until a duration is known.
+become ready meanwhile (which take queued tasks back: ``pmc.runtime.placement``).
+``FIRST_DEPTH`` until a duration is known.
 
 A task may wait only behind one that asks for at least its cpus, memory and GPUs (it
 takes over the first of that task's GPU ids, and of its cpu ids), and not behind a task

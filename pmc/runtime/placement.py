@@ -238,7 +238,7 @@ class Placer:
             return []
         engine = self.engine
         state = engine.state
-        tasks = self.dag.made
+        tasks = self.dag.tasks  # an array member's placeholder too
         # By priority (and path) alone, not the id: a task of the same rank that came
         # later does not take the place of one that came first.
         queued = [(engine.key_of(q) >> 32, q) for q in chains.queued]
