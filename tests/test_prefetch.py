@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +17,18 @@ from pmctest import pmc, pmc_mpi, rescue_done, write_dag
 
 from pmc import log
 from pmc.core import protocol
+from pmc.core.chains import Chains
+from pmc.core.engine import Engine
 from pmc.core.events import Observer
 from pmc.core.protocol import TaskSpec
+from pmc.core.resources import Resources
+from pmc.dag import parse_dag
 from pmc.logsetup import LogOutput
 from pmc.outputs.eventlog import EventLog
 from pmc.outputs.metrics import make_registry
 from pmc.outputs.tally import Tally
+from pmc.runtime.placement import Placer
+from pmc.runtime.summary import Counts
 
 
 def tasks(n: int, prefix: str = "s") -> str:
@@ -428,3 +435,63 @@ def test_a_task_ready_later_that_outranks_queued_ones_takes_the_first_free_slot(
     assert sorted(started[:started.index("c")]) == ["a", "b", "f0"]
     outs = sorted(p.name for p in tmp_path.glob("*.out.*"))
     assert outs == sorted(f"{name}.out.000" for name in started), "taken back: no try"
+
+
+def two_slots_with_fillers(tmp_path: Path, children: str) -> tuple[Placer, Engine, Chains,
+                                                                    dict[str, int]]:
+    """a and b running on two slots, two fillers (priority 1) queued behind each, as
+    before any task's length is known; then tasks known to be long (one queued a slot),
+    a ends, f0 starts in its place, and a's ``children`` become ready."""
+    dag = parse_dag(str(write_dag(tmp_path / "q.dag", "TASK a -p 5 /bin/true\n"
+                                  "TASK b -p 5 /bin/true\n" + "".join(
+                                      f"TASK f{i} -p 1 /bin/true\n" for i in range(4))
+                                  + children)))
+    ids = {dag.tasks[i].name: i for i in range(len(dag))}
+    r = Resources()
+    for rank in (1, 2):
+        r.add_worker(rank, "h", cpus=4, memory=0, slots=1)
+    engine, chains = Engine(dag), Chains()
+    placer = Placer(dag, engine, r, chains, array("i", [0] * len(dag)), Counts(),
+                    Observer(), prefetch=True, set_affinity=False)
+    engine.take_initial()
+    placer.place(None)
+    assert {dag.tasks[t].name for t in chains.queued} == {"f0", "f1", "f2", "f3"}
+    chains.limit = 1
+    chains.end(ids["a"])
+    assert placer.promote(ids["a"], r.workers[1]) == ids["f0"]
+    _outcome, newly = engine.complete(ids["a"], True)
+    for task_id in newly:
+        placer.readied(task_id)
+    return placer, engine, chains, ids
+
+
+def test_a_ready_task_outranking_queued_ones_takes_them_back_and_waits_for_a_free_slot(
+        tmp_path: Path) -> None:
+    placer, engine, chains, ids = two_slots_with_fillers(
+        tmp_path, "TASK c -p 9 /bin/true\nEDGE a c\n")
+    assert placer.place(None) == {}, "no slot free, no chain with room"
+    back = placer.outranked()
+    assert sorted(back) == sorted(ids[f] for f in ("f1", "f2", "f3"))
+    returned, _refused = chains.returned(back)
+    for task_id in returned:
+        engine.requeue(task_id)
+    # c is the next to start: nothing is queued while it waits for a free slot.
+    assert placer.place(None) == {}
+    chains.end(ids["f0"])
+    assert placer.promote(ids["f0"], placer.resources.workers[1]) == -1
+    batches = placer.place(None)
+    first = batches[1][0]
+    assert (first.id, first.after) == (ids["c"], -1)
+    # Then queueing goes on as before: the next fillers, one behind c, one behind b.
+    queued = {s.id: s.after for specs in batches.values() for s in specs if s.after >= 0}
+    assert sorted(queued) == [ids["f1"], ids["f2"]]
+    assert sorted(queued.values()) == sorted([ids["c"], ids["b"]])
+
+
+def test_a_ready_task_of_the_queued_tasks_rank_takes_nothing_back(tmp_path: Path) -> None:
+    # s is a's child of the fillers' priority: it came later and waits its turn.
+    placer, _engine, _chains, _ids = two_slots_with_fillers(
+        tmp_path, "TASK s -p 1 /bin/true\nEDGE a s\n")
+    assert placer.place(None) == {}
+    assert placer.outranked() == []
+    assert not placer.for_free_slot
