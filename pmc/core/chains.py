@@ -53,6 +53,12 @@ Affinity = tuple[int, ...] | None
 Kind = tuple[int, ...]  # what a task asks for: (cpus, memory MB[, gpus, ...])
 
 
+def _holds(kind: Kind, cpus: int, memory: int, gpus: int) -> bool:
+    """Whether a task asking for ``kind`` holds enough for one asking for the rest."""
+    return kind[0] >= cpus and kind[1] >= memory and (
+        not gpus or (len(kind) > 2 and kind[2] >= gpus))
+
+
 class Chains:
     """Running tasks and the queued tasks behind them, per slot."""
 
@@ -103,9 +109,7 @@ class Chains:
             best_order = -1
             spent: list[Kind] = []
             for kind, entries in by_kind.items():
-                if kind[0] < cpus or kind[1] < memory:
-                    continue
-                if gpus and (len(kind) < 3 or kind[2] < gpus):
+                if not _holds(kind, cpus, memory, gpus):
                     continue
                 while entries:
                     order, tail = entries[0]
@@ -142,11 +146,8 @@ class Chains:
         """Whether a task asking for ``kind`` could wait in this queued task's place: it
         is not asked back already, and asks for no less."""
         own = self._kind.get(task_id)
-        if own is None or task_id in self._recalling or own[0] < kind[0] or \
-                own[1] < kind[1]:
-            return False
-        gpus = kind[2] if len(kind) > 2 else 0
-        return not gpus or (len(own) > 2 and own[2] >= gpus)
+        return own is not None and task_id not in self._recalling and \
+            _holds(own, kind[0], kind[1], kind[2] if len(kind) > 2 else 0)
 
     def busy_workers(self) -> set[Worker]:
         return {w for w, _a in self.running.values()}

@@ -398,11 +398,12 @@ class Engine:
         task = self.dag.tasks[task_id]
         self._ready(task_id, options_of(task), task.array)
 
-    def key_of(self, task_id: int) -> int:
-        """A task's place among the ready tasks of its class (lower goes first), as
-        ``ready_heads`` gives it."""
+    def rank_of(self, task_id: int) -> int:
+        """A task's rank among the ready tasks (lower goes first): its ready key without
+        the id, so tasks of equal priority (and path) rank alike (an array's members by
+        their index too)."""
         task = self.dag.tasks[task_id]
-        return self._key_of(task_id, options_of(task), task.array)
+        return self._key_of(task_id, options_of(task), task.array) >> 32
 
     def _key_of(self, task_id: int, o: TaskOptions, owner: Array | None) -> int:
         order = self.order

@@ -239,16 +239,16 @@ class Placer:
         engine = self.engine
         state = engine.state
         tasks = self.dag.tasks  # an array member's placeholder too
-        # By priority (and path) alone, not the id: a task of the same rank that came
-        # later does not take the place of one that came first.
-        queued = [(engine.key_of(q) >> 32, q) for q in chains.queued]
+        # By rank alone, not the id: a task of the same rank that came later does not
+        # take the place of one that came first.
+        queued = [(engine.rank_of(q), q) for q in chains.queued]
         worst = max(queued)[0]
         best = worst
         kinds = set()
         for task_id in fresh:
             if state[task_id] != State.READY or task_id in self.never_queue:
                 continue
-            rank = engine.key_of(task_id) >> 32
+            rank = engine.rank_of(task_id)
             if rank >= worst:
                 continue
             cls = request_of(options_of(tasks[task_id]))
