@@ -143,6 +143,29 @@ def test_the_next_task_waits_behind_the_shallowest_chain_that_had_room_first() -
     assert c.open_tail(1, 0) == 4, "4 runs now with nothing behind it: shallowest"
 
 
+def test_with_runtimes_expected_the_next_task_waits_behind_the_chain_to_free_first() -> None:
+    w1, w2, w3 = workers(3)
+    c = Chains()
+    c.start(1, w1, None, (1, 0), takes=30.0, now=100.0)  # expected to end at 130
+    c.start(2, w2, None, (1, 0), takes=5.0, now=101.0)  # at 106
+    c.start(3, w3, None, (1, 0), takes=10.0, now=102.0)  # at 112
+    assert c.open_tail(1, 0) == 2, "not 1, which had room first but runs on"
+    c.queue(4, 2, (1, 0), takes=20.0)  # behind 2: expected to end at 126
+    assert c.open_tail(1, 0) == 3, "every chain gets one before any gets two"
+    c.queue(5, 3, (1, 0), takes=1.0)  # at 113
+    c.queue(6, 1, (1, 0), takes=1.0)  # at 131
+    assert c.open_tail(1, 0) == 5, "then by when each chain's last task ends"
+    c.end(2)
+    assert c.promote(2, now=120.0) == 4, "2 ran long: 4 starts at 120, to end at 140"
+    assert c.open_tail(1, 0) == 4, "4 runs now with nothing behind it: shallowest"
+    c.queue(7, 4, (1, 0), takes=1.0)  # at 141
+    assert c.open_tail(1, 0) == 5, "113 first, then 131, then 141"
+    c.queue(8, 5, (1, 0), takes=1.0)
+    assert c.open_tail(1, 0) == 6
+    c.returned([8])
+    assert c.open_tail(1, 0) == 5, "a chain cut by a returned task is expected as before"
+
+
 def test_a_task_waits_only_behind_one_asking_for_at_least_as_much() -> None:
     w1, w2, w3 = workers(3)
     c = Chains()

@@ -437,6 +437,34 @@ def test_a_task_ready_later_that_outranks_queued_ones_takes_the_first_free_slot(
     assert outs == sorted(f"{name}.out.000" for name in started), "taken back: no try"
 
 
+def expected_dag(tmp_path: Path) -> Path:
+    # Critical-path order with every runtime given: long, short, next, then the fillers.
+    # Each task writes its name to `starts` as it starts.
+    def task(name: str, seconds: float) -> str:
+        return (f"TASK {name} --expected-runtime {seconds} "
+                f"/bin/sh -c 'echo {name} >> starts; sleep {seconds}'\n")
+    return write_dag(tmp_path / "expected.dag", task("long", 3) + task("short", 0.5) +
+                     task("next", 0.4) + "".join(task(f"f{i}", 0.3) for i in range(6)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["local", "mpi"])
+def test_with_runtimes_expected_the_next_task_waits_behind_the_slot_to_free_first(
+        mode: str, tmp_path: Path) -> None:
+    # Two slots: long and short start; next, the first in the order of those left, is
+    # queued behind short (expected to end first), not behind long, which had room first.
+    # It starts when short ends, before any filler; behind long it would have waited
+    # while fillers took short's slot.
+    dag = expected_dag(tmp_path)
+    args = ["run", dag.name, "--schedule", "critical-path"]
+    r = pmc([*args, "--workers", "2"], tmp_path) if mode == "local" else pmc_mpi(3, args, tmp_path)
+    assert r.returncode == 0, r.stderr
+    started = (tmp_path / "starts").read_text().split()
+    assert sorted(started) == sorted(["long", "short", "next", *(f"f{i}" for i in range(6))])
+    assert sorted(started[:2]) == ["long", "short"]
+    assert started[2] == "next", started
+
+
 def two_slots_with_fillers(tmp_path: Path, children: str) -> tuple[Placer, Engine, Chains,
                                                                     dict[str, int]]:
     """a and b running on two slots, two fillers (priority 1) queued behind each, as

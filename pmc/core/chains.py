@@ -22,8 +22,11 @@ bound to its cpus (``--set-affinity``) nor a multi-rank one; a multi-rank task w
 behind none. The
 chains with room are kept by depth and by what their last task asks for, so the next
 one to take a task is found without looking at every slot: the shallowest first (each
-slot gets one queued task before any gets two), and among those the one that had room
-first.
+slot gets one queued task before any gets two), and among those the one expected to
+free up first where the tasks' runtimes are expected (``--schedule``: given, or learned),
+else the one that had room first. A queued task is bound to its slot: behind a task that
+runs on while another slot frees up, it would wait (and, in critical-path order, the
+path it starts with).
 
 Pure bookkeeping: no messages, no resources, no engine. The master asks this class what
 to do and does it (sends, releases slots, readies tasks again).
@@ -31,8 +34,8 @@ to do and does it (sends, releases slots, readies tasks again).
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections import deque
 from collections.abc import Iterable
 
 from pmc.core.resources import Worker
@@ -80,11 +83,16 @@ class Chains:
         # What each running or queued task that may have a successor asks for (a task
         # bound to its cpus may not: it is not here).
         self._kind: dict[int, Kind] = {}
-        # The chains with room, by depth, then by what their last task asks for: (order,
-        # last task) as they got room. Entries are not taken out when a chain changes;
-        # those no longer true are dropped when they come first.
-        self._open: list[dict[Kind, deque[tuple[int, int]]]] = [
+        # The chains with room, by depth, then by what their last task asks for: heaps
+        # of (when the chain is expected to free up, order, last task), the order as they
+        # got room. Entries are not taken out when a chain changes; those no longer true
+        # are dropped when they come first.
+        self._open: list[dict[Kind, list[tuple[float, int, int]]]] = [
             {} for _ in range(PREFETCH_DEPTH)]
+        # Where runtimes are expected: the seconds each running or queued task is expected
+        # to take, and when each is expected to end (the callers' clock).
+        self._takes: dict[int, float] = {}
+        self._ends: dict[int, float] = {}
         self.limit = FIRST_DEPTH  # queued tasks a chain may hold now (depth_for)
         self._order = 0
 
@@ -100,30 +108,32 @@ class Chains:
         ``memory`` and ``gpus`` (see the module docstring), or -1 if none may."""
         tails = self._tails
         kinds = self._kind
+        ends = self._ends
         opened = self._open
         for depth in range(self.limit):
             by_kind = opened[depth]
             if not by_kind:
                 continue
-            best = -1
-            best_order = -1
+            best: tuple[float, int, int] | None = None
             spent: list[Kind] = []
             for kind, entries in by_kind.items():
                 if not _holds(kind, cpus, memory, gpus):
                     continue
                 while entries:
-                    order, tail = entries[0]
-                    if tails.get(tail) == depth and kinds.get(tail) == kind:
-                        if best < 0 or order < best_order:
-                            best, best_order = tail, order
+                    entry = entries[0]
+                    tail = entry[2]
+                    if tails.get(tail) == depth and kinds.get(tail) == kind and \
+                            ends.get(tail, 0.0) == entry[0]:
+                        if best is None or entry < best:
+                            best = entry
                         break
-                    entries.popleft()  # no longer true
+                    heapq.heappop(entries)  # no longer true
                 else:
                     spent.append(kind)
             for kind in spent:
                 del by_kind[kind]  # so that a depth with no chain is passed at once
-            if best >= 0:
-                return best
+            if best is not None:
+                return best[2]
         return -1
 
     def _set_tail(self, task_id: int, depth: int) -> None:
@@ -132,7 +142,8 @@ class Chains:
         if depth < PREFETCH_DEPTH:
             kind = self._kind.get(task_id)
             if kind is not None:
-                self._open[depth].setdefault(kind, deque()).append((self._order, task_id))
+                heapq.heappush(self._open[depth].setdefault(kind, []),
+                               (self._ends.get(task_id, 0.0), self._order, task_id))
                 self._order += 1
 
     def holder(self, task_id: int) -> tuple[Worker, Affinity]:
@@ -164,11 +175,16 @@ class Chains:
     # -- transitions -------------------------------------------------------------
 
     def start(self, task_id: int, worker: Worker, affinity: Affinity,
-              kind: Kind | None = (0, 0)) -> None:
+              kind: Kind | None = (0, 0), takes: float | None = None,
+              now: float = 0.0) -> None:
         """A task sent to start at once (asking for ``kind``; None: nothing may wait
         behind it, a task bound to its cpus or a multi-rank one), with the cpu ids it
-        holds: a chain of its own."""
+        holds: a chain of its own. ``takes``: the seconds it is expected to run from
+        ``now``, if expected."""
         self.running[task_id] = (worker, affinity)
+        if takes is not None:
+            self._takes[task_id] = takes
+            self._ends[task_id] = now + takes
         self.unstarted.add(task_id)
         if kind is None:
             self._kind.pop(task_id, None)
@@ -176,11 +192,18 @@ class Chains:
             self._kind[task_id] = kind
         self._set_tail(task_id, 0)
 
-    def queue(self, task_id: int, tail: int, kind: Kind = (0, 0)) -> Worker:
-        """Queue a task (asking for ``kind``) behind the last task of a chain (one of
-        ``open_tails``); returns the worker that holds the chain."""
+    def queue(self, task_id: int, tail: int, kind: Kind = (0, 0),
+              takes: float | None = None) -> Worker:
+        """Queue a task (asking for ``kind``, expected to run ``takes`` seconds if
+        expected) behind the last task of a chain (one of ``open_tails``); returns the
+        worker that holds the chain."""
         worker = self.holder(tail)[0]
         self._kind[task_id] = kind
+        if takes is not None:
+            self._takes[task_id] = takes
+            before = self._ends.get(tail)
+            if before is not None:
+                self._ends[task_id] = before + takes
         self._set_tail(task_id, self._tails.pop(tail) + 1)
         self._next[tail] = task_id
         self.queued[task_id] = (worker, tail)
@@ -198,11 +221,14 @@ class Chains:
     def end(self, task_id: int) -> tuple[Worker, Affinity]:
         """A running task ended (call ``promote`` next for its successor)."""
         self.unstarted.discard(task_id)
+        self._takes.pop(task_id, None)
+        self._ends.pop(task_id, None)
         return self.running.pop(task_id)
 
-    def promote(self, pred: int) -> int:
+    def promote(self, pred: int, now: float = 0.0) -> int:
         """``pred`` ended: its queued successor, if any, runs now in its place (returned;
-        -1 if none, and the slot is free)."""
+        -1 if none, and the slot is free). ``now``: the time, on the clock of the runtimes
+        expected."""
         succ = self._next.pop(pred, None)
         self._kind.pop(pred, None)
         if succ is None:
@@ -212,9 +238,15 @@ class Chains:
         self._recalling.discard(succ)
         self.running[succ] = (worker, None)
         self.unstarted.add(succ)
+        takes, ends = self._takes, self._ends
         end = succ
+        if succ in takes:  # when the chain's tasks are now expected to end
+            ends[succ] = now + takes[succ]
         while end in self._next:
-            end = self._next[end]
+            after = self._next[end]
+            if end in ends and after in takes:
+                ends[after] = ends[end] + takes[after]
+            end = after
         if end in self._tails:
             self._set_tail(end, self._tails[end] - 1)  # the chain moved up by one
         return succ
@@ -245,6 +277,8 @@ class Chains:
                     self.unstarted.discard(tid)
                     self._tails.pop(tid, None)
                     self._kind.pop(tid, None)
+                    self._takes.pop(tid, None)
+                    self._ends.pop(tid, None)
                     refused.append((tid, worker, affinity))
                 continue
             pred = entry[1]
@@ -253,6 +287,8 @@ class Chains:
             self._next.pop(tid, None)
             self._tails.pop(tid, None)
             self._kind.pop(tid, None)
+            self._takes.pop(tid, None)
+            self._ends.pop(tid, None)
             cut.append(pred)
             back.append(tid)
         for pred in cut:
@@ -293,6 +329,8 @@ class Chains:
         self._tails.clear()
         self._recalling.clear()
         self._kind.clear()
+        self._takes.clear()
+        self._ends.clear()
         for by_kind in self._open:
             by_kind.clear()
         return tasks
@@ -303,3 +341,5 @@ class Chains:
         self._tails.pop(task_id, None)
         self._next.pop(task_id, None)
         self._kind.pop(task_id, None)
+        self._takes.pop(task_id, None)
+        self._ends.pop(task_id, None)

@@ -43,20 +43,24 @@ class PathOrder:
         self.computed = 0  # times the paths were computed
         self.compute()
 
-    def estimate(self, task_id: int, default: float) -> float:
+    def expected(self, task_id: int) -> float:
+        """The runtime the paths take for ``task_id`` now (see the module docstring)."""
         given = self.given[task_id]
         if given >= 0:
             return given
         k = self.kinds[task_id]
         count = self.counts[k]
-        return self.sums[k] / count if count else default
+        return self.sums[k] / count if count else self._unseen()
+
+    def _unseen(self) -> float:
+        """The runtime of a task of a kind none of which has ended yet."""
+        known = [s / c for s, c in zip(self.sums, self.counts, strict=True) if c]
+        return sum(known) / len(known) if known else 1.0
 
     def compute(self) -> None:
         """The longest path from every task to an end (its own runtime included)."""
-        counts = self.counts
-        known = [s / c for s, c in zip(self.sums, counts, strict=True) if c]
-        default = sum(known) / len(known) if known else 1.0
-        means = [s / c if c else default for s, c in zip(self.sums, counts, strict=True)]
+        default = self._unseen()
+        means = [s / c if c else default for s, c in zip(self.sums, self.counts, strict=True)]
         kinds, given, bottom = self.kinds, self.given, self.bottom
         start, children = self.dag.child_start, self.dag.child_list
         for t in self.backwards:

@@ -8,6 +8,7 @@ the master's to send.
 
 from __future__ import annotations
 
+import time
 from array import array
 
 from pmc import log
@@ -158,7 +159,8 @@ class Placer:
                     cpu_set = host.take_cpu_set(cpus, near)
                     affinity = tuple(cpu_set) if cpu_set else None
                 bound = affinity is not None and self.set_affinity
-                chains.start(task_id, worker, affinity, cls if single and not bound else None)
+                chains.start(task_id, worker, affinity, cls if single and not bound else None,
+                             *self.expected(task_id))
                 batches.setdefault(worker.rank, []).append(
                     self.spec(task_id, affinity, grant=grant))
                 self.dispatched(task_id, worker)
@@ -212,11 +214,20 @@ class Placer:
                 before = chains.holder(tail)[1] or self.queued_cpus.get(tail)
                 if before and len(before) >= cls[0]:
                     cpu_ids = self.queued_cpus[task_id] = before[:cls[0]]
-            worker = chains.queue(task_id, tail, cls)
+            worker = chains.queue(task_id, tail, cls, self.expected(task_id)[0])
             if self.debug:
                 self.log_placed(task_id, worker, tail)
             batches.setdefault(worker.rank, []).append(
                 self.spec(task_id, cpu_ids, after=tail, gpus=ids))
+
+    def expected(self, task_id: int) -> tuple[float | None, float]:
+        """The seconds a task is expected to run (None: the runtimes are not expected),
+        and the clock's time now: with ``--schedule``, which expects them, the chains
+        queue the next task behind the slot expected to free up first."""
+        order = self.engine.order
+        if order is None:
+            return None, 0.0
+        return order.expected(task_id), time.monotonic()
 
     def readied(self, task_id: int) -> None:
         """A task became ready while the run is under way (see ``outranked``)."""
@@ -275,7 +286,7 @@ class Placer:
         tasks = self.dag.made
         res = self.resources
         before = tasks[pred]
-        succ = self.chains.promote(pred)
+        succ = self.chains.promote(pred, time.monotonic())
         if succ < 0:
             self.release(pred, worker)
             return -1
