@@ -137,9 +137,9 @@ class Observer:
         """The task's parents are all done: it is queued (jobstate SUBMIT)."""
 
     def ready_run(self, tasks: Iterable[Task], seq: int, count: int) -> None:
-        """``count`` members of a task array ready together, numbered from ``seq``
-        (each made as it is read): ``ready`` for each, unless an observer counts them
-        at once."""
+        """``count`` tasks ready together, none of them running before, numbered from
+        ``seq``: the members of a task array (each made as it is read), or the tasks
+        ready at the start. ``ready`` for each, unless an observer counts them at once."""
         for task in tasks:
             self.ready(task, seq)
             seq += 1

@@ -160,7 +160,7 @@ class Tally(Observer):
             self.lost += 1
 
     def ready_run(self, tasks: Iterable[Task], seq: int, count: int) -> None:
-        self.ready_events += count  # members ready at once: none was running
+        self.ready_events += count  # ready at once: none was running
 
     def dispatched(self, task: Task, seq: int, attempt: int, rank: int, host: str) -> None:
         self.dispatched_n += 1

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import time
 from array import array
+from collections import deque
+from itertools import count
 
 from pmc import log
 from pmc.core.chains import Chains
@@ -54,20 +56,23 @@ class Placer:
 
     def announce(self, task_ids: list[int], number: int) -> int:
         """Tell the observers the tasks ready at the start (the master's ``mark_ready``
-        for each, numbered from ``number``); returns the next number. A big DAG has a
-        few hundred thousand roots: the loop does nothing per task but this."""
-        tasks = self.dag.made
+        for each, numbered from ``number``); returns the next number. A big DAG has
+        millions of roots: they are numbered in C and told as one run (``ready_run``),
+        which an observer that counts them counts at once."""
         seq = self.seq
-        ready = self.out.ready
-        debug = self.debug
-        for task_id in task_ids:
-            task = tasks[task_id]
-            seq[task_id] = number
-            if debug:
+        if self.debug:  # each line beside what the observers write of its task
+            tasks = self.dag.made
+            ready = self.out.ready
+            for task_id in task_ids:
+                task = tasks[task_id]
+                seq[task_id] = number
                 log.debug(f"Queueing task {task.name}")
-            ready(task, number)
-            number += 1
-        return number
+                ready(task, number)
+                number += 1
+            return number
+        deque(map(seq.__setitem__, task_ids, count(number)), maxlen=0)
+        self.out.ready_run(TaskView(self.dag, task_ids), number, len(task_ids))
+        return number + len(task_ids)
 
     def announce_start(self, number: int) -> int:
         """At the start of the loop: the tasks reused (--reuse) and those ready, told to
