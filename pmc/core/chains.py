@@ -24,9 +24,8 @@ chains with room are kept by depth and by what their last task asks for, so the 
 one to take a task is found without looking at every slot: the shallowest first (each
 slot gets one queued task before any gets two), and among those the one expected to
 free up first where the tasks' runtimes are expected (``--schedule``: given, or learned),
-else the one that had room first. A queued task is bound to its slot: behind a task that
-runs on while another slot frees up, it would wait (and, in critical-path order, the
-path it starts with).
+else the one that had room first (a queued task is bound to its slot: behind a task that
+runs on while another slot frees up, it waits).
 
 Pure bookkeeping: no messages, no resources, no engine. The master asks this class what
 to do and does it (sends, releases slots, readies tasks again).
