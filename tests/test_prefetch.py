@@ -461,8 +461,7 @@ def test_with_runtimes_expected_the_next_task_waits_behind_the_slot_to_free_firs
     assert r.returncode == 0, r.stderr
     started = (tmp_path / "starts").read_text().split()
     assert sorted(started) == sorted(["long", "short", "next", *(f"f{i}" for i in range(6))])
-    assert sorted(started[:2]) == ["long", "short"]
-    assert started[2] == "next", started
+    assert started.index("next") < min(started.index(f"f{i}") for i in range(6)), started
 
 
 def two_slots_with_fillers(tmp_path: Path, children: str) -> tuple[Placer, Engine, Chains,
