@@ -106,6 +106,7 @@ def first_task(argv: list[str], stamp: Path, cwd: Path, env: dict[str, str],
                             stderr=subprocess.DEVNULL, start_new_session=True)
     seen: set[int] = set()
     ticks: dict[int, int] = {}  # cpu of each process of the run, last seen
+    master = -1
     try:
         while not first or time.time() < first + window:
             if proc.poll() is not None:
@@ -116,7 +117,10 @@ def first_task(argv: list[str], stamp: Path, cwd: Path, env: dict[str, str],
                 raise RuntimeError(f"exit {proc.returncode} before a task started: {argv}")
             if not first and time.time() - t0 > timeout:
                 raise RuntimeError(f"no task started in {timeout} s: {argv}")
-            master = _master(proc.pid, argv)
+            if master < 0:
+                # Once found, kept: a look that missed it made another rank the
+                # master, and the master an "other" process with its own peak.
+                master = _master(proc.pid, argv)
             for pid in descendants(proc.pid):
                 seen.add(pid)
                 # Forked (or vforked: posix_spawn, subprocess) and not yet exec'd: the
@@ -125,9 +129,10 @@ def first_task(argv: list[str], stamp: Path, cwd: Path, env: dict[str, str],
                 if pid != master and parent_of(pid) == master \
                         and cmdline(pid) == cmdline(master):
                     continue
-                kind = ("master" if pid == master
-                        else "helper" if "edgehelper" in cmdline(pid) else "other")
-                peaks[kind] = max(peaks[kind], hwm_mb(pid))
+                if master >= 0:  # (peaks are high-water marks: none is lost meanwhile)
+                    kind = ("master" if pid == master
+                            else "helper" if "edgehelper" in cmdline(pid) else "other")
+                    peaks[kind] = max(peaks[kind], hwm_mb(pid))
                 try:
                     ticks[pid] = cpu_ticks(pid)
                 except (OSError, ValueError, IndexError):
@@ -182,14 +187,29 @@ def _state(pid: int) -> str:
 
 
 def _master(pid: int, argv: list[str]) -> int:
-    """pmc's master is the process started; under a launcher, the first rank it started
-    (the lowest pid: pids are not reused that fast), below its proxy if it has one."""
+    """pmc's master is the process started; under a launcher, rank 0 (by the rank the
+    launcher put in its environment; its children share it, and come later: the lowest
+    pid), below the launcher's proxy if it has one. -1 while there is none yet."""
     if "mpiexec" not in Path(argv[0]).name:
         return pid
     ranks = [p for p in descendants(pid)[1:]
              if ("pegasus-mpi-cluster" in cmdline(p) or " pmc " in f" {cmdline(p)} ")
-             and "edgehelper" not in cmdline(p)]
+             and "edgehelper" not in cmdline(p) and _launcher_rank(p) == "0"]
     return min(ranks, default=-1)
+
+
+def _launcher_rank(pid: int) -> str | None:
+    """The rank an MPI launcher gave a process, from its environment (None: none)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = f.read().split(b"\0")
+    except OSError:
+        return None
+    for item in env:
+        key, _, value = item.partition(b"=")
+        if key in (b"PMI_RANK", b"OMPI_COMM_WORLD_RANK", b"PMIX_RANK"):
+            return value.decode()
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:

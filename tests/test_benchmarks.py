@@ -3,6 +3,7 @@ are asserted; figures belong in benchmarks/RESULTS.md)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -113,6 +114,9 @@ def test_firsttask_smoke(tmp_path: Path) -> None:
         assert f"{shape} pmc: first task median" in out
         if mpi:
             assert f"{shape} pmc-mpi: first task median" in out
+            # Under the launcher too, the master (rank 0) was found and its peak read.
+            peak = re.search(rf"{shape} pmc-mpi: .*?peak master (\d+) MB", out)
+            assert peak is not None and int(peak.group(1)) > 0, out
     assert "cpu median" in out and "peak master" in out
     # The '#@' DAG: a '#@' line before every TASK, the stamp script in place of /bin/true.
     text = (tmp_path / "first-pegasus-300.dag").read_text()
