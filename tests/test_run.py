@@ -343,21 +343,25 @@ def test_mpi_run_that_cannot_start_ends_every_rank(tmp_path: Path) -> None:
 
 
 @pytest.mark.mpi
-def test_mpi_run_that_cannot_start_waits_for_a_late_worker(tmp_path: Path) -> None:
-    # The master stops at once (the DAG is locked) while its worker, past MPI_Init, has
-    # not yet answered the offer of a host socket: the SHUTDOWN that waits on that
-    # answer must still reach the worker, or the worker and the job wait for ever.
+@pytest.mark.parametrize("always_mpi", ["", "1"], ids=["no-mpi", "mpi"])
+def test_mpi_run_that_cannot_start_waits_for_a_late_worker(tmp_path: Path,
+                                                           always_mpi: str) -> None:
+    # The master stops at once (the DAG is locked) while its worker has not yet
+    # connected (every rank on one host, no MPI), or, past MPI_Init, has not yet answered
+    # the offer of a host socket: the SHUTDOWN that waits for it must still reach the
+    # worker, or the worker and the job wait for ever.
     dag = write_dag(tmp_path / "d.dag", DIAMOND)
     args = ["run", dag.name]
     # (MPI started as pmc starts it: ranks whose MPI settings differ may never meet.)
-    late = ("import runpy, sys, time; import pmc.transport.mpi; time.sleep(2); "
+    start_mpi = "import pmc.transport.mpi; " if always_mpi else ""
+    late = (f"import runpy, sys, time; {start_mpi}time.sleep(2); "
             f"sys.argv = ['pmc', *{args!r}]; runpy.run_module('pmc', run_name='__main__')")
     cmd = [mpiexec(), "-n", "1", sys.executable, "-m", "pmc", *args,
            ":", "-n", "1", sys.executable, "-c", late]
     with open(dag, "r+") as held:
         fcntl.lockf(held, fcntl.LOCK_EX)  # a POSIX lock, as PMC takes
-        r = subprocess.run(cmd, cwd=tmp_path, env=clean_env(), capture_output=True,
-                           text=True, timeout=60, check=False)
+        r = subprocess.run(cmd, cwd=tmp_path, env=clean_env(PMC_ALWAYS_MPI=always_mpi),
+                           capture_output=True, text=True, timeout=60, check=False)
     assert r.returncode != 0
     assert "DAG file is already locked by another process" in r.stderr
 
@@ -378,7 +382,8 @@ def test_mpi_workers_on_the_masters_host_talk_through_sockets(tmp_path: Path) ->
 @pytest.mark.mpi
 def test_mpi_workers_on_another_host_keep_to_mpi(tmp_path: Path) -> None:
     # Rank 2 runs under another host name (its own UTS namespace): it must answer the
-    # master's offer with "no" and talk through MPI, while rank 1 uses the socket.
+    # master's offer with "no" and talk through MPI, while rank 1 uses the socket. (MPI
+    # asked for: the launcher has every rank on one host, and would go without it.)
     probe = subprocess.run(["unshare", "--uts", "true"], capture_output=True, check=False)
     if probe.returncode != 0:
         pytest.skip(f"cannot make a UTS namespace here: {probe.stderr.decode().strip()}")
@@ -387,8 +392,8 @@ def test_mpi_workers_on_another_host_keep_to_mpi(tmp_path: Path) -> None:
     run = [sys.executable, "-m", "pmc", "run", "-v", "--host-cpus", "1", dag.name]
     cmd = [mpiexec(), "-n", "2", *run, ":", "-n", "1", "unshare", "--uts", "sh", "-c",
            'hostname elsewhere && exec "$0" "$@"', *run]
-    r = subprocess.run(cmd, cwd=tmp_path, env=clean_env(), capture_output=True, text=True,
-                       timeout=180, check=False)
+    r = subprocess.run(cmd, cwd=tmp_path, env=clean_env(PMC_ALWAYS_MPI="1"),
+                       capture_output=True, text=True, timeout=180, check=False)
     assert r.returncode == 0, r.stderr
     assert "Worker 1 is on the master's host" in r.stderr
     assert "Worker 2 is on" not in r.stderr

@@ -161,13 +161,17 @@ def test_worker_ranks_read_no_command_line(tmp_path: Path, entry: list[str]) -> 
 
 
 @pytest.mark.mpi
-def test_a_bad_command_line_under_mpi_ends_every_rank_said_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize("always_mpi", ["", "1"], ids=["no-mpi", "mpi"])
+def test_a_bad_command_line_under_mpi_ends_every_rank_said_once(tmp_path: Path,
+                                                                always_mpi: str) -> None:
+    """Told through the launcher's store, or through MPI (pmc.transport.onehost)."""
     dag = write_dag(tmp_path / "d.dag", DIAMOND)
-    r = pmc_mpi(3, ["run", "--no-such-option", dag.name], tmp_path, timeout=120)
+    env = clean_env(PMC_ALWAYS_MPI=always_mpi)
+    r = pmc_mpi(3, ["run", "--no-such-option", dag.name], tmp_path, timeout=120, env=env)
     assert r.returncode == 2, r.stderr
     assert r.stderr.count("error: unrecognized arguments: --no-such-option") == 1, r.stderr
     assert not (tmp_path / "d.dag.rescue").exists()
-    r = pmc_mpi(3, ["run", "--tries", "0", dag.name], tmp_path, timeout=120)
+    r = pmc_mpi(3, ["run", "--tries", "0", dag.name], tmp_path, timeout=120, env=env)
     assert r.returncode == 2, r.stderr
     assert r.stderr.count("--tries") == 1, r.stderr
 

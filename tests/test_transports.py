@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from faults.faultkit import mpi_ranks, wait_for
 from pmctest import clean_env, comm, mpiexec
 
 from pmc import log
@@ -90,18 +91,19 @@ def _can_mount_a_dev_shm() -> bool:
 
 
 @pytest.mark.mpi
-def test_seventeen_ranks_start_in_a_small_dev_shm(tmp_path: Path) -> None:
+@pytest.mark.parametrize("always_mpi", ["", "1"], ids=["no-mpi", "mpi"])
+def test_seventeen_ranks_start_in_a_small_dev_shm(tmp_path: Path, always_mpi: str) -> None:
     # A container's /dev/shm is often 64 MB (podman's and docker's default). UCX's
     # POSIX shared memory kept its queues there, and 17 ranks on one host died as they
     # started (with UCX's own choice of transports, in 3 runs of 3); pmc's one-host
-    # settings keep MPI out of it.
+    # settings keep MPI out of it, when it starts MPI at all (PMC_ALWAYS_MPI).
     if not _can_mount_a_dev_shm():
         pytest.skip("needs the right to mount a small /dev/shm for the run (root, unshare)")
     (tmp_path / "w.dag").write_text("TASK A /bin/true\n")
     r = subprocess.run(["unshare", "-m", "sh", "-c", MOUNT_THEN_RUN, "sh", mpiexec(), "-n",
                         "17", sys.executable, "-m", "pmc", "run", "w.dag"],
-                       cwd=tmp_path, env=clean_env(), capture_output=True, text=True,
-                       timeout=300)
+                       cwd=tmp_path, env=clean_env(PMC_ALWAYS_MPI=always_mpi),
+                       capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "stat=\"ok\", tasks=1" in r.stdout
 
@@ -324,3 +326,40 @@ def test_mpi_transport(tmp_path: Path, sockets: str, sleep: str, direct: int) ->
     assert "master ok" in r.stdout
     assert sorted(line for line in r.stdout.splitlines() if line.startswith("rank")) == [
         f"rank {rank} direct={direct}" for rank in (1, 2)]
+
+
+# -- every rank on one host: no MPI (pmc.transport.onehost) --------------------------------
+
+_HOLD = "/bin/sh -c 'touch started.$PMC_TASK; while [ ! -e go ]; do sleep 0.05; done'"
+
+
+def _loads_mpi(pid: int) -> bool:
+    with open(f"/proc/{pid}/maps") as f:
+        return "libmpi" in f.read()
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize(("how", "mpi"), [
+    ("default", False),  # Hydra put every rank here: no rank loads the MPI library
+    ("PMC_ALWAYS_MPI=1", True),  # asked for in the environment: MPI as across hosts
+    ("--no-host-sockets", True),  # every message through MPI: it starts after the store
+])
+def test_ranks_on_one_host_start_mpi_only_when_asked(tmp_path: Path, how: str,
+                                                     mpi: bool) -> None:
+    (tmp_path / "w.dag").write_text(f"TASK a {_HOLD}\nTASK b {_HOLD}\n")
+    env = clean_env(PMC_ALWAYS_MPI="1") if how.startswith("PMC_") else clean_env()
+    args = [how] if how.startswith("--") else []
+    proc = subprocess.Popen([mpiexec(), "-n", "3", sys.executable, "-m", "pmc", "run", *args,
+                             "w.dag"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: len(list(tmp_path.glob("started.*"))) == 2, 60, "both tasks running")
+        ranks = mpi_ranks(proc.pid)
+        assert sorted(ranks) == [0, 1, 2], ranks
+        loads = {rank: _loads_mpi(pid) for rank, pid in ranks.items()}
+    finally:
+        (tmp_path / "go").touch()
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert 'stat="ok", tasks=2' in out + err
+    assert loads == dict.fromkeys(range(3), mpi)

@@ -31,6 +31,10 @@ from pmc.errors import ExitCode
 from pmc.process import flush_stdio
 from pmc.runtime.rankshim import launcher_rank
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing: see pmc.core.record
+if TYPE_CHECKING:
+    from pmc.transport import Transport
+
 _MPI_ENV = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "ALPS_APP_PE",
             "MPI_LOCALRANKID")
 
@@ -101,9 +105,14 @@ def serve() -> int:
     # Before MPI starts (see pmc.runtime.rankshim).
     rankshim.keep()
     from pmc.runtime import worker
-    from pmc.transport.mpi import MpiTransport
+    from pmc.transport import onehost
 
-    transport = MpiTransport()
+    # With every rank on this host, no MPI at all (pmc.transport.onehost).
+    transport: Transport | None = onehost.start(True)
+    if transport is None:
+        from pmc.transport.mpi import MpiTransport
+
+        transport = MpiTransport()
     gc.freeze()
     gc.enable()
     return leave(worker.run(transport))
@@ -112,9 +121,9 @@ def serve() -> int:
 def leave(code: int) -> int:
     """``code``, to exit with; after a rank was lost MPI_Finalize (mpi4py calls it at
     exit) waits for it for ever: leave at once instead, with everything written."""
-    from pmc.transport.mpi import peer_lost
+    from pmc.transport.notices import peer_lost
 
-    if peer_lost():
+    if "pmc.transport.mpi" in sys.modules and peer_lost():
         flush_stdio()
         os._exit(code)
     return code
@@ -123,10 +132,14 @@ def leave(code: int) -> int:
 def _dismiss(code: int) -> None:
     """The master is ending: if it has not started MPI (which tells the workers how the
     run goes), start it to tell them to end with ``code``."""
-    if "pmc.transport.mpi" in sys.modules:
+    from pmc.transport import onehost
+
+    if "pmc.transport.mpi" in sys.modules or onehost.opened():
         return
     # The launcher's word that a rank ended (SIGUSR1) would otherwise end this one.
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    if onehost.dismiss(code):
+        return
     from pmc.transport.mpi import dismiss
 
     dismiss(code)

@@ -26,7 +26,13 @@ from pmc.logsetup import LogOutput, log_output
 from pmc.options import RunOptions
 from pmc.runtime import rankshim
 from pmc.runtime.workers import Workers, serve_forked
-from pmc.transport.local import LocalMaster, forks
+from pmc.transport import onehost
+from pmc.transport.local import LocalMaster, LocalWorker, forks
+from pmc.transport.onehost import HostMaster
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing: see pmc.core.record
+if TYPE_CHECKING:
+    from pmc.transport.mpi import MpiTransport
 
 
 def run(opts: RunOptions, output: LogOutput | None = None) -> int:
@@ -51,15 +57,20 @@ def _run_mpi(opts: RunOptions, output: LogOutput | None) -> int:
     # Before MPI starts: a worker rank's death by a signal becomes an exit, which Hydra
     # survives (its proxy kills every rank when it reaps one killed by a signal).
     rankshim.keep()
-    # Imported here, not above: importing it initialises MPI (after the keeper, and
-    # never in an embedded run, which may have no MPI at all: mpi4py is optional).
-    from pmc.transport import mpi
+    # With every rank on this host, no MPI at all (pmc.transport.onehost).
+    transport: MpiTransport | HostMaster | LocalWorker | None = onehost.start(
+        opts.host_sockets and not opts.no_sleep_on_recv)
+    if transport is None:
+        # Imported here, not above: importing it initialises MPI (after the keeper, and
+        # never in an embedded run, which may have no MPI at all: mpi4py is optional).
+        from pmc.transport import mpi
 
-    # With prefetching the next tasks already wait on the workers: a moment's delay in
-    # seeing a message costs nothing, and spinning would take cpu from the tasks.
-    transport = mpi.MpiTransport(sleep_on_recv=not opts.no_sleep_on_recv,
-                                 spin=not opts.prefetching, host_sockets=opts.host_sockets)
-    if transport.rank != 0:
+        # With prefetching the next tasks already wait on the workers: a moment's delay
+        # in seeing a message costs nothing, and spinning would take cpu from the tasks.
+        transport = mpi.MpiTransport(sleep_on_recv=not opts.no_sleep_on_recv,
+                                     spin=not opts.prefetching,
+                                     host_sockets=opts.host_sockets)
+    if isinstance(transport, LocalWorker) or transport.rank != 0:
         # Only a worker rank imports the worker (the master's rank does without its ~30
         # modules).
         from pmc.runtime import worker
@@ -68,19 +79,20 @@ def _run_mpi(opts: RunOptions, output: LogOutput | None) -> int:
     if transport.size < 2:
         log.fatal("At least one worker process is required")
         return ExitCode.FAILED
-    workers = Workers(lambda: transport)
+    master = transport
+    workers = Workers(lambda: master)
     workers.started()
     try:
         code = _run_master(opts, workers, "mpi", output)
     finally:
         workers.release()
-    if transport.given_up():
+    if master.given_up():
         # A rank given up on may never end, and the job with it: end it (every record
         # is written by now). Imported only then: it brings subprocess, which no other
         # part of a rank needs.
         from pmc.transport import jobend
 
-        jobend.end_job(transport.comm, code, transport.given_up())
+        jobend.end_job(master.abort, code, master.given_up())
     return leave(code)
 
 

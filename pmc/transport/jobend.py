@@ -4,13 +4,14 @@ A rank the master gave up on (lost: silent past --worker-timeout, or its connect
 broke) may never end: a rank whose processes are stopped, or on a node that hangs,
 holds the launcher (Hydra's ``mpiexec -disable-auto-cleanup``, srun) and with it the
 job until its wall time. So once the workflow is over and every record is written, the
-master ends the job itself: ``MPI_Abort`` with the workflow's exit status (Hydra's
-mpiexec then kills every rank and exits with that status; srun ends the step, and
-pmc's batch script takes the workflow's status from its record, as after any lost
-rank). Should the launcher still be there ``FALLBACK_AFTER`` seconds later (its part on
-a node that hangs does not answer), a watchdog forked before the abort ends it: the job
-step (``scancel JOB.STEP``) inside a Slurm allocation, else the process that started
-the master (the launcher's proxy), killed.
+master ends the job itself: ``MPI_Abort`` with the workflow's exit status (PMI's
+abort in a run without MPI, ``pmc.transport.onehost``). Hydra's mpiexec then kills every
+rank and exits with that status; srun ends the step, and pmc's batch script takes the
+workflow's status from its record, as after any lost rank. Should the launcher still
+be there ``FALLBACK_AFTER`` seconds later (its part on a node that hangs does not
+answer), a watchdog forked before the abort ends it: the job step (``scancel
+JOB.STEP``) inside a Slurm allocation, else the process that started the master (the
+launcher's proxy), killed.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import os
 import signal
 import subprocess
 import time
-from typing import Any, NoReturn
+from collections.abc import Callable
+from typing import NoReturn
 
 from pmc import log
 from pmc.process import flush_stdio, set_name
@@ -27,14 +29,15 @@ from pmc.process import flush_stdio, set_name
 FALLBACK_AFTER = 15.0  # seconds the launcher has to act on MPI_Abort
 
 
-def end_job(comm: Any, code: int, lost: list[int]) -> NoReturn:
-    """Abort the job with the workflow's status ``code``; never returns."""
+def end_job(abort: Callable[[int], object], code: int, lost: list[int]) -> NoReturn:
+    """Abort the job with the workflow's status ``code`` (``abort``: the transport's);
+    never returns."""
     log.warn(f"Ranks {lost} were given up on and may never end: ending the job "
              f"(MPI_Abort with the workflow's exit status {code})")
     flush_stdio()
     _watchdog(os.getppid())
-    comm.Abort(code)
-    os._exit(code)  # MPI_Abort does not come back: should it, leave all the same
+    abort(code)
+    os._exit(code)  # an abort does not come back: should it, leave all the same
 
 
 def _watchdog(launcher: int) -> None:

@@ -41,20 +41,15 @@ names those whose PING did not complete.
 
 from __future__ import annotations
 
-import atexit
 import os
-import selectors
-import signal
 import socket
-import struct
 import time
 
-from pmc import batchsignals, log
 from pmc.core.protocol import Message, Shutdown, from_wire, ping, to_wire
-from pmc.transport import TransportError, look_interval
+from pmc.transport import TransportError, look_interval, notices
+from pmc.transport.hostsockets import HostSockets, connect
 from pmc.transport.local import LocalWorker
 from pmc.transport.mpisettings import mpi_settings
-from pmc.transport.stream import RECV, Conn, frame
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing: see pmc.core.record
 if TYPE_CHECKING:
@@ -72,7 +67,6 @@ _SPIN = 0.0002
 _FIRST = 0.0001
 _IDLE_AFTER = 1.0  # no spinning after this long without a message
 _CONTROL = 1  # MPI tag of the transport's own messages; the protocol's use 0
-_INTRO = struct.Struct("!I16s")  # a worker's first bytes on its socket: rank, token
 _SETTLE = 30.0  # seconds close() waits for answers that messages still wait on
 
 
@@ -82,14 +76,7 @@ class MpiTransport:
         """The settings are the master's (a worker takes them from its first message)."""
         self.comm = MPI.COMM_WORLD
         self.comm.Set_errhandler(MPI.ERRORS_RETURN)
-        if signal.SIGUSR1 in signal.pthread_sigmask(signal.SIG_BLOCK, []):
-            _watch_usr1()  # no keeper: told apart here, by its sender
-        signal.signal(batchsignals.RANK_ENDED, _peer_died)
-        # Hydra's notice comes whenever a rank exits, also at the end of a good run, and
-        # a warning may come late: ignored (not caught) from exit on, since Python puts
-        # the default (to die) back as it ends.
-        for sig in (batchsignals.RANK_ENDED, *batchsignals.WARNINGS):
-            atexit.register(signal.signal, sig, signal.SIG_IGN)
+        notices.listen()
         # Master: sends through MPI not yet complete, per rank (the request keeps the
         # pickled buffer alive); ranks given up on.
         self._pending: dict[int, list[MPI.Request]] = {}
@@ -101,19 +88,11 @@ class MpiTransport:
         self.sleep_on_recv = sleep_on_recv
         self._last_message = time.monotonic()
         self._status = MPI.Status()
-        # Master: ranks that talk through MPI (all, until they answer the offer), ranks
-        # yet to answer and what waits for their answer, the sockets, connections not
-        # yet introduced.
+        # Master: ranks that talk through MPI (all, until they answer the offer), what
+        # waits for a rank's answer, the workers on its host (once offered a socket).
         self._mpi_ranks = set(range(1, self.size)) if self.rank == 0 else {0}
-        self._undecided: set[int] = set()
         self._waiting: dict[int, list[Message]] = {}
-        self.conns: dict[int, Conn] = {}
-        self._strangers: dict[socket.socket, bytearray] = {}
-        self._lost: list[int] = []
-        self._listener: socket.socket | None = None
-        self._token = b""
-        self.sel: selectors.BaseSelector | None = None
-        self._view = memoryview(bytearray(RECV)) if self.rank == 0 else memoryview(b"")
+        self.host: HostSockets | None = None
         # Worker: whether the master's offer came yet; the socket once connected.
         self._offered = self.rank == 0
         self._direct: LocalWorker | None = None
@@ -126,20 +105,15 @@ class MpiTransport:
 
     def _listen(self) -> tuple[str, str, bytes] | None:
         """Rank 0: an abstract socket to offer, or None where there is none."""
-        name = f"\0pmc-{os.getpid()}-{os.urandom(8).hex()}"
         try:
-            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            listener.bind(name)
-            listener.listen(min(self.size, 4096))
-            listener.setblocking(False)
+            self.host = HostSockets(set(range(1, self.size)))
         except OSError:
             return None
-        self._listener = listener
-        self._token = os.urandom(16)
-        self._undecided = set(range(1, self.size))
-        self.sel = selectors.DefaultSelector()
-        self.sel.register(listener, selectors.EVENT_READ, None)
-        return (socket.gethostname(), name, self._token)
+        return (socket.gethostname(), self.host.name, self.host.token)
+
+    def _undecided(self, rank: int) -> bool:
+        """Rank 0: has ``rank`` yet to answer the offer?"""
+        return self.host is not None and rank in self.host.expected
 
     def _answer(self, msg: tuple[Any, ...]) -> None:
         """A worker: take the master's settings; connect if the master is on this host,
@@ -153,12 +127,10 @@ class MpiTransport:
             return
         host, name, token = offer
         if host == socket.gethostname():
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
-                sock.connect(name)
-                sock.sendall(_INTRO.pack(self.rank, token))
+                sock = connect(name, self.rank, token)
             except OSError:
-                sock.close()
+                pass
             else:
                 self._direct = LocalWorker(sock.detach(), self.rank, self.size)
                 return
@@ -166,77 +138,20 @@ class MpiTransport:
 
     def _decided(self, rank: int) -> None:
         """Rank 0: ``rank`` answered the offer; send what waited for that."""
-        self._undecided.discard(rank)
-        if not self._undecided and self._listener is not None:  # all answered
-            assert self.sel is not None
-            self.sel.unregister(self._listener)
-            self._listener.close()
-            self._listener = None
+        if self.host is not None:
+            self.host.expect_no(rank)
         for msg in self._waiting.pop(rank, ()):
             try:
                 self.send(rank, msg)
             except TransportError:
                 break  # its socket broke: lost() says so
 
-    def _introduce(self, sock: socket.socket) -> None:
-        """Rank 0: read a new connection's introduction; take its rank to the socket."""
-        buf = self._strangers[sock]
-        try:
-            data = sock.recv(_INTRO.size - len(buf))
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        buf += data
-        if data and len(buf) < _INTRO.size:
-            return
-        del self._strangers[sock]
-        assert self.sel is not None
-        self.sel.unregister(sock)
-        rank, token = _INTRO.unpack(buf) if len(buf) == _INTRO.size else (0, b"")
-        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        uid = struct.unpack("3i", creds)[1]
-        # Another user's process is refused before its token is looked at; the token
-        # keeps out this user's other processes (another run's workers), which could
-        # read it from this process's memory anyway: a plain comparison will do.
-        if uid != os.getuid() or token != self._token or rank not in self._undecided:
-            sock.close()
-            return
-        sock.setblocking(True)
-        conn = Conn(rank, sock)
-        self.conns[rank] = conn
-        self.sel.register(sock, selectors.EVENT_READ, conn)
-        self._mpi_ranks.discard(rank)
-        log.debug(f"Worker {rank} is on the master's host: messages through a Unix socket")
-        self._decided(rank)
-
     def _wait_sockets(self, timeout: float | None, out: list[tuple[int, Message]]) -> None:
         """Rank 0: wait up to ``timeout`` for the sockets; read what came."""
-        assert self.sel is not None
-        for key, _ in self.sel.select(timeout):
-            conn = key.data
-            if conn is None:  # the listener
-                try:
-                    sock, _addr = key.fileobj.accept()  # type: ignore[union-attr]
-                except OSError:
-                    continue
-                sock.setblocking(False)
-                self._strangers[sock] = bytearray()
-                self.sel.register(sock, selectors.EVENT_READ, sock)
-            elif isinstance(conn, socket.socket):
-                self._introduce(conn)
-            else:
-                msgs: list[Message] = []
-                if not conn.receive(self._view, msgs):
-                    self._drop(conn)
-                out.extend((conn.rank, m) for m in msgs)
-
-    def _drop(self, conn: Conn) -> None:
-        if self.conns.pop(conn.rank, None) is not None:
-            assert self.sel is not None
-            self.sel.unregister(conn.sock)
-            conn.sock.close()
-            self._lost.append(conn.rank)
+        assert self.host is not None
+        for rank in self.host.wait(timeout, out):
+            self._mpi_ranks.discard(rank)
+            self._decided(rank)
 
     # -- the transport ---------------------------------------------------------------
 
@@ -244,19 +159,16 @@ class MpiTransport:
         if self._direct is not None:
             self._direct.send(dest, msg)
             return
-        if dest in self._undecided:
-            # Not before the worker has said which way it talks: a message through MPI
-            # could arrive after one through the socket.
-            self._waiting.setdefault(dest, []).append(msg)
-            return
-        conn = self.conns.get(dest)
-        if conn is not None:
-            try:
-                conn.sock.sendall(frame(msg))
-            except OSError as e:
-                self._drop(conn)
-                raise TransportError(f"cannot send to rank {dest}: {e}") from e
-            return
+        host = self.host
+        if host is not None:
+            if dest in host.expected:
+                # Not before the worker has said which way it talks: a message through
+                # MPI could arrive after one through the socket.
+                self._waiting.setdefault(dest, []).append(msg)
+                return
+            if dest in host.conns:
+                host.send(dest, msg)
+                return
         if dest in self._abandoned:
             raise TransportError(f"rank {dest} was given up on")
         try:
@@ -284,13 +196,15 @@ class MpiTransport:
         self._abandoned.add(rank)
         self._pending.pop(rank, None)
         self._waiting.pop(rank, None)
-        self._undecided.discard(rank)
         self._mpi_ranks.discard(rank)
-        conn = self.conns.get(rank)
-        if conn is not None:
-            self._drop(conn)
-            self._lost.remove(rank)  # the master knows
-        _LOST_PEER.append(rank)
+        if self.host is not None:
+            self.host.expect_no(rank)
+            self.host.drop(rank, lost=False)  # the master knows
+        notices.LOST_PEER.append(rank)
+
+    def abort(self, code: int) -> None:
+        """End the job: the launcher kills every rank and exits with ``code``."""
+        self.comm.Abort(code)
 
     def given_up(self) -> list[int]:
         """Rank 0: the ranks it gave up on (``abandon``), which may never end."""
@@ -298,15 +212,13 @@ class MpiTransport:
 
     def rank_ended(self) -> bool:
         """Has the launcher said (SIGUSR1) that a rank ended since the last call?"""
-        seen = bool(_NOTICES)
-        _NOTICES.clear()
-        return seen
+        return notices.rank_ended()
 
     def probe(self) -> None:
         """Rank 0: a synchronous PING to every worker that talks through MPI (not to one
         that has yet to say which way it talks: its first message must be CONFIG)."""
-        for rank in self._mpi_ranks - self._abandoned - self._undecided:
-            if rank in self._probes or rank == 0:
+        for rank in self._mpi_ranks - self._abandoned:
+            if rank in self._probes or rank == 0 or self._undecided(rank):
                 continue
             try:
                 self._probes[rank] = self.comm.issend(to_wire(ping()), dest=rank, tag=0)
@@ -355,7 +267,7 @@ class MpiTransport:
         out: list[tuple[int, Message]] = []
         if self._pending:
             self._progress()
-        if self.sel is not None:
+        if self.host is not None:
             self._wait_sockets(timeout, out)
         elif timeout > 0:
             time.sleep(timeout)
@@ -370,7 +282,7 @@ class MpiTransport:
             # would wait for it (peer_lost).
             for _src, msg in out:
                 if isinstance(msg, Shutdown) and msg.worker_lost:
-                    _LOST_PEER.append(msg)
+                    notices.LOST_PEER.append(msg)
         return out
 
     def _poll(self, timeout: float | None) -> list[tuple[int, Message]]:
@@ -430,7 +342,9 @@ class MpiTransport:
         return self._direct.fileno() if self._direct is not None else None
 
     def lost(self) -> list[int]:
-        lost, self._lost = self._lost, []
+        if self.host is None:
+            return []
+        lost, self.host.lost = self.host.lost, []
         return lost
 
     def close(self) -> None:
@@ -442,31 +356,13 @@ class MpiTransport:
             self._wait(0.01)  # a worker that has not answered has sent nothing to keep
         if self._direct is not None:
             self._direct.close()
-        for conn in self.conns.values():
-            conn.sock.close()
-        self.conns.clear()
-        for sock in self._strangers:
-            sock.close()
-        self._strangers.clear()
-        if self._listener is not None:
-            self._listener.close()
-            self._listener = None
-        if self.sel is not None:
-            self.sel.close()
-            self.sel = None
+        if self.host is not None:
+            self.host.close()
+            self.host = None
         deadline = time.monotonic() + _SETTLE
         while self._pending and time.monotonic() < deadline:
             self._progress()  # the last messages (SHUTDOWN) to live workers
             time.sleep(0.01)
-
-
-_LOST_PEER: list[object] = []  # a rank died (SIGUSR1) or was given up on
-_NOTICES: list[int] = []  # SIGUSR1s the master has not looked at yet (rank_ended)
-
-
-def peer_lost() -> bool:
-    """Has a rank died, exited or been given up on? MPI_Finalize may wait for it."""
-    return bool(_LOST_PEER)
 
 
 def dismiss(code: int) -> None:
@@ -478,23 +374,3 @@ def dismiss(code: int) -> None:
             comm.send(("exit", code), dest=rank, tag=_CONTROL)
         except MPI.Exception:
             pass  # that rank is gone: nothing waits there
-
-
-def _peer_died(signum: int, frame: object) -> None:
-    _LOST_PEER.append(signum)
-    _NOTICES.append(signum)
-
-
-def _watch_usr1() -> None:
-    """SIGUSR1, blocked in every thread of this rank, taken by a thread of its own:
-    Hydra's notice that a rank ended, or a warning (see the module docstring)."""
-    def watch() -> None:
-        while True:
-            info = signal.sigwaitinfo({signal.SIGUSR1})
-            if batchsignals.from_hydra(info.si_pid):
-                _peer_died(signal.SIGUSR1, None)
-            else:
-                batchsignals.note(signal.SIGUSR1)
-
-    import threading  # here: a worker rank has a keeper, and does not start this thread
-    threading.Thread(target=watch, name="pmc-sigusr1", daemon=True).start()

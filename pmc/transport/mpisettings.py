@@ -50,7 +50,13 @@ ONE_HOST = {"MPIR_CVAR_NOLOCAL": "1", "UCX_TLS": "self,sysv", "UCX_MODULES": ""}
 def mpi_settings(environ: Mapping[str, str]) -> dict[str, str]:
     """The settings for a rank started with ``environ``, those the user set left out."""
     settings = {"UCX_MEM_EVENTS": "no"}
-    local = environ.get("MPI_LOCALNRANKS")  # Hydra's: ranks on this host
-    if local and local == environ.get("PMI_SIZE"):
+    if one_host(environ):
         settings.update(ONE_HOST)
     return {name: value for name, value in settings.items() if name not in environ}
+
+
+def one_host(environ: Mapping[str, str]) -> bool:
+    """Whether MPICH's launcher (Hydra) put every rank of the job on this host: the same
+    answer on every rank."""
+    local = environ.get("MPI_LOCALNRANKS")  # Hydra's: ranks on this host
+    return bool(local) and local == environ.get("PMI_SIZE")

@@ -28,7 +28,7 @@ from faultkit import (
     wait_gone,
     worker_rank,
 )
-from pmctest import rescue_done
+from pmctest import clean_env, rescue_done
 
 pytestmark = pytest.mark.faults
 
@@ -84,12 +84,18 @@ def test_embedded_lost_worker_task_runs_elsewhere(tmp_path: Path, marker: str) -
     assert len(ran) == 4, "exactly the lost task ran twice"
 
 
-def test_mpi_lost_worker_rank_ends_the_run(tmp_path: Path, marker: str) -> None:
+@pytest.mark.parametrize("always_mpi", ["", "1"], ids=["no-mpi", "mpi"])
+def test_mpi_lost_worker_rank_ends_the_run(tmp_path: Path, marker: str,
+                                           always_mpi: str) -> None:
+    """Under Hydra's defaults a rank that dies ends the job, with MPI or without it
+    (every rank on one host, pmc.transport.onehost: the rank left the launcher's store
+    unannounced)."""
     quick = [f"TASK q{i} {QUICK.format(marker=marker)}\n" for i in range(4)]
     block = [f"TASK b{i} {BLOCK.format(marker=marker)}\n" for i in range(4)]
     # The quick tasks come first (DAG order), so the rescue log has records at the kill.
     (tmp_path / "w.dag").write_text("".join(quick + block))
-    proc = start(mpi_argv(3, ["run", "w.dag"]), tmp_path)
+    env = clean_env(PMC_ALWAYS_MPI=always_mpi)
+    proc = start(mpi_argv(3, ["run", "w.dag"]), tmp_path, env=env)
     try:
         wait_for(lambda: sum(n.startswith("b") for n in lines(tmp_path / "ran.log")) >= 2,
                  60, "two blocking tasks running")
@@ -110,9 +116,10 @@ def test_mpi_lost_worker_rank_ends_the_run(tmp_path: Path, marker: str) -> None:
     data = (tmp_path / "w.dag.rescue").read_bytes()
     assert data.startswith(b"\n") and not data.endswith(b"\n"), "newline-first records"
     assert sorted(rescue_done(tmp_path / "w.dag.rescue")) == ["q0", "q1", "q2", "q3"]
-    print(f"\n[worker-loss] mpi: job ended {ended:.2f} s after kill -9 of rank 1")
+    path = "MPI" if always_mpi else "no MPI"
+    print(f"\n[worker-loss] mpi ({path}): job ended {ended:.2f} s after kill -9 of rank 1")
     # The rescue log is good for a restart that finishes the rest.
-    again = start(mpi_argv(3, ["run", "w.dag"]), tmp_path, tmp_path / "again")
+    again = start(mpi_argv(3, ["run", "w.dag"]), tmp_path, tmp_path / "again", env=env)
     assert finish(again, 60) == 0, (tmp_path / "again.stderr").read_text()
     assert sorted(rescue_done(tmp_path / "w.dag.rescue")) == [
         "b0", "b1", "b2", "b3", "q0", "q1", "q2", "q3"]
