@@ -86,6 +86,21 @@ def test_exit_status_and_record(launcher: Launcher, tmp_path: Path) -> None:
     assert [s[0] for s in launcher.starts] == [res.id] and not launcher.running
 
 
+def test_the_guard_starts_with_the_first_task(launcher: Launcher) -> None:
+    """A worker that runs no task (most ranks of a short run) starts no guard, a Python
+    of its own; its first task does, and the task's group is in the guard's table."""
+    assert not launcher.guard.started and launcher.guard.pid == 0
+    assert launcher.launch(_spec("g", "/bin/sh -c 'sleep 0.3'"))
+    (r,) = launcher.running.values()
+    assert launcher.guard.pid > 0 and r.pid in guard.read_table(launcher.guard.table_fd)
+    while not launcher.results:
+        for data in launcher.poller.wait(1.0):
+            if isinstance(data, Running):
+                launcher.reap(data)
+    assert launcher.results[-1].status == 0
+    assert r.pid not in guard.read_table(launcher.guard.table_fd)
+
+
 def test_success_has_no_stderr_tail(launcher: Launcher, tmp_path: Path) -> None:
     res = _finish(launcher, _spec("ok", "/bin/sh -c 'echo e >&2'"))
     assert res.status == 0 and res.stderr_tail is None and res.stderr_path is None

@@ -109,13 +109,17 @@ def serve() -> int:
 
     # With every rank on this host, no MPI at all (pmc.transport.onehost).
     transport: Transport | None = onehost.start(True)
+    without_mpi = transport is not None
     if transport is None:
         from pmc.transport.mpi import MpiTransport
 
         transport = MpiTransport()
     gc.freeze()
     gc.enable()
-    return leave(worker.run(transport))
+    code = worker.run(transport)
+    if without_mpi:
+        onehost.leave(code)
+    return leave(code)
 
 
 def leave(code: int) -> int:

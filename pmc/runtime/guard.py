@@ -46,15 +46,25 @@ def command(grace: float) -> list[str]:
 
 class Guard:
     """The worker's end: the table of held process groups, and the pipe. Lines are sent
-    by ``flush``, once the worker has announced its cgroups."""
+    by ``flush``, once the worker has announced its cgroups. Started at once, or, with
+    ``start=False``, when first needed: the first group held, the first line sent (a
+    worker that never runs a task, as most ranks of a short run, costs no guard: a
+    Python of its own, ~15 ms of cpu)."""
 
-    def __init__(self, grace: float) -> None:
+    def __init__(self, grace: float, start: bool = True) -> None:
+        self.grace = grace
         self.lines: list[bytes] = []
         self.free: list[int] = []  # free slots, the lowest last
         self.table: mmap.mmap | None = None
         self.table_fd = -1
         self.pid = 0
         self.fd = -1
+        self.started = False
+        if start:
+            self._start()
+
+    def _start(self) -> None:
+        self.started = True
         try:
             memfd = os.memfd_create("pmc-guard", os.MFD_CLOEXEC)
         except OSError as e:
@@ -64,7 +74,7 @@ class Guard:
         # one (it clears close-on-exec).
         self.table_fd = fcntl.fcntl(memfd, fcntl.F_DUPFD_CLOEXEC, 10)
         os.close(memfd)
-        self.fd, self.pid = start(grace, self.table_fd)
+        self.fd, self.pid = start(self.grace, self.table_fd)
         if self.fd >= 0:
             self._grow()
         else:
@@ -83,6 +93,8 @@ class Guard:
 
     def hold(self, pgid: int) -> int:
         """Put a task's process group in the table; returns its slot (-1: no guard)."""
+        if not self.started:
+            self._start()
         if self.table is None:
             return -1
         if not self.free:
@@ -99,10 +111,12 @@ class Guard:
 
     def announce(self, line: bytes) -> None:
         """``cDIR``, with its newline."""
-        if self.fd >= 0:
+        if self.fd >= 0 or not self.started:
             self.lines.append(line)
 
     def flush(self) -> None:
+        if self.lines and not self.started:
+            self._start()
         if self.lines and self.fd >= 0:
             data = b"".join(self.lines)
             try:

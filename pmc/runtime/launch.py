@@ -150,7 +150,7 @@ class Launcher:
             config.worker_slots, cgroup_limits,
             not_wanted(config.task_accounting, cgroup_limits, config.log_format))
         close_on_exec_all()  # before the guard and the first task start
-        self.guard = Guard(KILL_GRACE)
+        self.guard = Guard(KILL_GRACE, start=False)  # with the first task or cgroup
         # GPUs (pmc extension): on a host with some, a task gets its own ids (none for a
         # task asking for none) in CUDA_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES, PMC_GPUS.
         self.gpu_host = False
