@@ -44,7 +44,6 @@ class HostSockets:
         self.listener: socket.socket | None = listener
         self.expected = set(ranks)  # may still connect
         self.conns: dict[int, Conn] = {}
-        self.pids: dict[int, int] = {}  # each connected rank's process
         self.lost: list[int] = []
         self._strangers: dict[socket.socket, bytearray] = {}
         self._view = memoryview(bytearray(RECV))
@@ -102,7 +101,7 @@ class HostSockets:
         rank: int
         token: bytes
         rank, token = INTRO.unpack(buf) if len(buf) == INTRO.size else (0, b"")
-        pid, uid, _gid = _CREDS.unpack(
+        _pid, uid, _gid = _CREDS.unpack(
             sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CREDS.size))
         # Another user's process is refused before its token is looked at; the token
         # keeps out this user's other processes (another run's workers), which could
@@ -113,7 +112,6 @@ class HostSockets:
         sock.setblocking(True)
         conn = Conn(rank, sock)
         self.conns[rank] = conn
-        self.pids[rank] = pid
         self.sel.register(sock, selectors.EVENT_READ, conn)
         log.debug(f"Worker {rank} is on the master's host: messages through a Unix socket")
         self.expect_no(rank)

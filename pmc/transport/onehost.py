@@ -35,7 +35,9 @@ import os
 import time
 from collections.abc import Mapping
 
+from pmc import log
 from pmc.core.protocol import Message
+from pmc.errors import ExitCode
 from pmc.process import flush_stdio
 from pmc.transport import TransportError, notices
 from pmc.transport.hostsockets import HostSockets, connect
@@ -91,7 +93,8 @@ def start(sockets: bool, environ: Mapping[str, str] = os.environ
 
 def join(pmi: Pmi, rank: int, size: int) -> LocalWorker | None:
     """A worker: meet the others, take the master's word; its connection to the master,
-    or None (MPI). SystemExit with the master's code when it ended before its run."""
+    or None (MPI). SystemExit with the master's code when it ended before its run (or
+    failure when it is gone)."""
     pmi.barrier()
     word = pmi.get(KEY)
     kind, _, rest = word.partition(":")
@@ -104,8 +107,9 @@ def join(pmi: Pmi, rank: int, size: int) -> LocalWorker | None:
     name, token = rest.split(":")
     try:
         sock = connect(bytes.fromhex(name).decode(), rank, bytes.fromhex(token))
-    except OSError as e:
-        raise TransportError(f"cannot reach the master: {e}") from e
+    except OSError as e:  # the master is gone already
+        log.error(f"Worker {rank}: cannot reach the master: {e}")
+        raise SystemExit(ExitCode.FAILED) from e
     return LocalWorker(sock.detach(), rank, size)
 
 
