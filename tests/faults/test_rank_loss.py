@@ -73,15 +73,21 @@ def seen(path: Path, text: str) -> bool:
         return False
 
 
-def test_mpi_stopped_worker_is_lost_and_the_job_ends(tmp_path: Path, marker: str) -> None:
-    """Every process of a worker rank that talks through MPI stopped (SIGSTOP), as on a
-    node that hangs: declared lost after --worker-timeout, its task runs elsewhere,
-    every task is done, and then the master ends the job itself (MPI_Abort with the
-    workflow's status): mpiexec ends within --worker-timeout + 30 s of the stop with
-    status 0, the stopped rank gone, rather than wait for it for ever."""
+@pytest.mark.parametrize("path", ["mpi", "no-mpi"])
+def test_mpi_stopped_worker_is_lost_and_the_job_ends(path: str, tmp_path: Path,
+                                                     marker: str) -> None:
+    """Every process of a worker rank stopped (SIGSTOP), as on a node that hangs, the
+    rank talking through MPI, or in a run without MPI (every rank on one host,
+    pmc.transport.onehost): declared lost after --worker-timeout, its task runs
+    elsewhere, every task is done, and then the master ends the job itself (MPI_Abort,
+    or PMI's abort, with the workflow's status): mpiexec ends within --worker-timeout +
+    30 s of the stop with status 0, the stopped rank gone, rather than wait for it for
+    ever."""
     names = write_dag(tmp_path, marker, n=60)
-    proc = start(mpi_run(4, ["--no-host-sockets", "--worker-timeout", "5", "w.dag"]),
-                 tmp_path)
+    args = ["--worker-timeout", "5", "w.dag"]
+    if path == "mpi":
+        args.insert(0, "--no-host-sockets")
+    proc = start(mpi_run(4, args), tmp_path)
     stopped: set[int] = set()
     try:
         wait_for(lambda: len(lines(tmp_path / "ran.log")) >= 4, 60, "tasks running")
@@ -111,7 +117,7 @@ def test_mpi_stopped_worker_is_lost_and_the_job_ends(tmp_path: Path, marker: str
     assert sorted(rescue_done(tmp_path / "w.dag.rescue")) == names
     assert status(tmp_path) == 0
     rerun = len(lines(tmp_path / "ran.log")) - len(names)
-    print(f"\n[rank-loss] SIGSTOP, MPI path: lost {detect:.2f} s after the stop "
+    print(f"\n[rank-loss] SIGSTOP, {path} path: lost {detect:.2f} s after the stop "
           f"(--worker-timeout 5), job ended {ended:.2f} s after it; {rerun} task(s) ran again")
 
 
