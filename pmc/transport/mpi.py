@@ -11,9 +11,13 @@ While messages flow (a result every few milliseconds) a wait ends at most ~1 ms 
 its message arrived; a quiet second later it costs 20 look-ups a second.
 ``--no-sleep-on-recv`` trades that for a blocking receive.
 
-Host sockets: workers on the master's host talk to it through a Unix socket instead,
-as embedded workers do, and the master and they wait on it without polling: no latency,
-no look-ups, and with every worker on one host no MPI call after start-up. The master's
+Used across hosts, and on one host when asked for: with every rank on one host under
+Hydra no rank starts MPI at all (``pmc.transport.onehost``).
+
+Host sockets (``pmc.transport.hostsockets``): workers on the master's host talk to it
+through a Unix socket instead, as embedded workers do, and the master and they wait on
+it without polling: no latency, no look-ups, and with every worker on one host no MPI
+call after start-up. The master's
 first message to every worker, through MPI with its own tag (``_CONTROL``), offers an
 abstract socket (a random name, and a random token that only travels over MPI), or
 nothing under ``--no-host-sockets`` / ``--no-sleep-on-recv``, and how to wait (a worker
@@ -26,17 +30,14 @@ overtake each other.
 
 Lost ranks: MPI errors raise (mpi4py's ERRORS_RETURN on the communicator) rather than
 abort. Hydra (``mpiexec -disable-auto-cleanup``) tells the other ranks that one ended
-with SIGUSR1, which batch systems also send as a warning that time is short: rank 0
-takes SIGUSR1 in a thread (blocked since before MPI started, ``pmc.runtime.rankshim``)
-that tells the two apart by the sender (``pmc.batchsignals``); a worker rank hears
-Hydra's through its keeper, as ``batchsignals.RANK_ENDED``, and takes a SIGUSR1 for a
-warning. The master never blocks on a worker: its sends through MPI are non-blocking, and
-a send to a dead rank (a large one waits for the receiver for ever) is left behind when
-the master gives up on that rank (``abandon``). When the launcher has said a rank ended,
-the master checks at once rather than after ``--worker-timeout``: ``probe`` sends every
-worker that talks through MPI a synchronous PING (``issend``), which completes as soon
-as that rank's MPI library has taken it, whatever its loop is doing; ``unanswered``
-names those whose PING did not complete.
+with SIGUSR1, told apart from a batch system's warning by its sender
+(``pmc.transport.notices``). The master never blocks on a worker: its sends through MPI
+are non-blocking, and a send to a dead rank (a large one waits for the receiver for
+ever) is left behind when the master gives up on that rank (``abandon``). When the
+launcher has said a rank ended, the master checks at once rather than after
+``--worker-timeout``: ``probe`` sends every worker that talks through MPI a synchronous
+PING (``issend``), which completes as soon as that rank's MPI library has taken it,
+whatever its loop is doing; ``unanswered`` names those whose PING did not complete.
 """
 
 from __future__ import annotations
