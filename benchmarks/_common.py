@@ -94,12 +94,17 @@ def write_layered(path: Path, layers: Sequence[int] = NCSA_LAYERS,
     return sum(layers), len(edges)
 
 
-def write_big(path: Path, n: int, edges: int, local: bool, seed: int = 1) -> None:
+def write_big(path: Path, n: int, edges: int, local: bool, seed: int = 1,
+              by_parent: bool = False) -> None:
     """n tasks and about ``edges`` edges (parent before child in DAG order).
 
     local: each edge joins tasks at most 64 apart, as a Pegasus planner writes them
     (jobs of one level next to each other). Otherwise parents are drawn uniformly from
     all earlier tasks, which defeats every cache in the parser's name lookups.
+
+    The EDGE lines come in random order, or with ``by_parent`` grouped by parent in task
+    order (each parent's children in task order), as Pegasus's planner writes a PMC DAG:
+    for each job, the edges to its children.
     """
     rng = random.Random(seed)
     with open(path, "w", buffering=1 << 20) as f:
@@ -115,10 +120,19 @@ def write_big(path: Path, n: int, edges: int, local: bool, seed: int = 1) -> Non
                 continue
             seen.add(key)
             made += 1
+            if by_parent:
+                continue
             buf.append(f"EDGE task_{p:07d} task_{c:07d}\n")
             if len(buf) >= 65536:
                 f.writelines(buf)
                 buf.clear()
+        if by_parent:
+            for key in sorted(seen):
+                p, c = divmod(key, n)
+                buf.append(f"EDGE task_{p:07d} task_{c:07d}\n")
+                if len(buf) >= 65536:
+                    f.writelines(buf)
+                    buf.clear()
         f.writelines(buf)
 
 

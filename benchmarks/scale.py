@@ -56,12 +56,12 @@ HERE = Path(__file__).resolve().parent
 
 
 def write_with_options(path: Path, n: int, edges: int, pegasus: bool,
-                       wide_every: int = 0) -> None:
+                       wide_every: int = 0, by_parent: bool = False) -> None:
     """The "local" DAG of ``write_big``, every TASK line with options (and, with
     ``pegasus``, a ``#@`` line before it); with ``wide_every`` k, every k-th task asks
-    for 2 cpus."""
+    for 2 cpus; ``by_parent``: the EDGE lines grouped by parent (``write_big``)."""
     plain = path.with_suffix(".plain")
-    write_big(plain, n, edges, local=True)
+    write_big(plain, n, edges, local=True, by_parent=by_parent)
     with open(plain) as src, open(path, "w", buffering=1 << 20) as f:
         for line in src:
             if line.startswith("TASK "):

@@ -123,6 +123,20 @@ def test_firsttask_smoke(tmp_path: Path) -> None:
     assert text.count("\n#@ ") + text.startswith("#@ ") == 300 == text.count("stamp.sh arg")
 
 
+def test_edges_grouped_by_parent_are_the_same_edges(tmp_path: Path) -> None:
+    """``--edge-order by-parent``: the same edges as the random order, each parent's
+    together in task order, as Pegasus writes them."""
+    random_order, by_parent = tmp_path / "r.dag", tmp_path / "p.dag"
+    write_big(random_order, 500, 500, local=True)
+    write_big(by_parent, 500, 500, local=True, by_parent=True)
+    edges = [line for line in by_parent.read_text().splitlines() if line.startswith("EDGE")]
+    assert len(edges) == 500
+    assert sorted(edges) == sorted(
+        line for line in random_order.read_text().splitlines() if line.startswith("EDGE"))
+    assert edges == sorted(edges) != [
+        line for line in random_order.read_text().splitlines() if line.startswith("EDGE")]
+
+
 def test_arrays_smoke(tmp_path: Path) -> None:
     out = run("arrays.py", "--size", "300", "--rounds", "1", "--keep", str(tmp_path),
               tmp_path=tmp_path)
