@@ -120,19 +120,13 @@ def write_big(path: Path, n: int, edges: int, local: bool, seed: int = 1,
                 continue
             seen.add(key)
             made += 1
-            if by_parent:
-                continue
-            buf.append(f"EDGE task_{p:07d} task_{c:07d}\n")
-            if len(buf) >= 65536:
-                f.writelines(buf)
-                buf.clear()
-        if by_parent:
-            for key in sorted(seen):
-                p, c = divmod(key, n)
+            if not by_parent:
                 buf.append(f"EDGE task_{p:07d} task_{c:07d}\n")
                 if len(buf) >= 65536:
                     f.writelines(buf)
                     buf.clear()
+        if by_parent:  # the keys sort as (parent, child)
+            f.writelines(f"EDGE task_{key // n:07d} task_{key % n:07d}\n" for key in sorted(seen))
         f.writelines(buf)
 
 
