@@ -203,14 +203,23 @@ def test_error_before_the_split(tmp_path: Path, helped: Helped) -> None:
     assert "'nope'" in str(info.value)
 
 
+# A helper that exits before it answers, and one that answers (the split at the first
+# EDGE block: every EDGE line its own) and then exits without a result.
+_GONE = "import sys; sys.exit(3)"
+_ANSWERS = "import os, sys; os.write(1, os.read(0, 8)); sys.exit(3)"
+
+
+@pytest.mark.parametrize(("helper", "failed"), [(_GONE, 0), (_ANSWERS, 1)])
 def test_a_failing_helper_costs_only_time(tmp_path: Path, helped: Helped,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+                                          monkeypatch: pytest.MonkeyPatch, helper: str,
+                                          failed: int) -> None:
+    # Gone before its answer, the parser reads on alone; gone after, it parses again.
     monkeypatch.setattr(edgehelper, "python_command",
-                        lambda *args: [sys.executable, "-c", "import sys; sys.exit(3)"])
+                        lambda *args: [sys.executable, "-c", helper])
     path = write(tmp_path, fan(100))
     assert shape(parse_dag(path)) == shape(alone(path))
-    assert helped.failed == 1
-    assert helped.alone == 2
+    assert helped.failed == failed
+    assert helped.alone == failed + 1  # a second parse, alone, and alone()
 
 
 def test_no_edges_no_wait(tmp_path: Path, helped: Helped) -> None:

@@ -2,35 +2,44 @@
 
 Parsing a million-edge DAG is bound by memory latency: every EDGE line looks up two
 task names in a dict far bigger than the CPU's caches. The parser (``pmc.dag.reader``) starts
-this helper when a DAG file is big, and the two share the EDGE section: the helper
-reads the same file, builds its own name index from the TASK lines (cheaper than the
-parser's Task objects, so it is ready first), and resolves every EDGE line from a byte
-offset on (``split_offset``); the parser skips those lines and takes the helper's
-arrays when it is done with its own part.
+this helper when a DAG file is big, and the two share the EDGE section. The helper reads
+the same file in the same blocks (``pmc.dag.lines.read_blocks``), builds its own name
+index from the TASK lines (cheaper than the parser's Task objects, so it is done first),
+and then resolves EDGE lines block by block from the end of the file back. When the
+parser reaches its first block holding the text "EDGE", it asks where to split
+(``EdgeHelper.split_offset``): the helper answers with a byte offset halfway between
+that block and the last block it has done, goes on back to that offset, and the
+parser resolves the EDGE lines before it, skipping those from it on. So the split
+follows how far each has got: on a DAG whose Task objects outgrow the caches the
+helper has resolved every EDGE line by the time the parser gets there, and on a small
+one they share what is left.
 
-The split depends only on the file's size and on the offset of the first block holding
-the text "EDGE", which both processes see alike, so no message is needed to agree on
-it. The helper checks its lines as the parser would, but any problem (a bad line, an
-unreadable file, a file that changed) makes it exit without a result, and the parser
-then parses the whole file alone. So does any error the parser finds itself: every
-error is reported by the one serial parser, at the first bad line in file order, and
-the helper's edges need no line numbers. Repeated edges are passed on as they come:
-the parser's ``build_dag`` counts each edge once, whichever process read it.
+The helper checks its lines as the parser would, but any problem (a bad line, an
+unreadable file, a file that changed) makes it exit without a result: if it had not
+answered yet the parser reads on alone; if it had, the parser parses the whole file
+again alone. So does any error the parser finds itself: every error is reported by
+the one serial parser, at the first bad line in file order, and the helper's edges
+need no line numbers. Repeated edges are passed on as they come: the parser's
+``build_dag`` counts each edge once, whichever process read it.
 
-Output on stdout: a header (``_HEADER``: lines read, TASK records seen, edges, whether
-any edge points backward) and the edges' parents and children as native unsigned
-32-bit arrays.
+On its stdin the helper gets the question (the offset of the parser's first block
+holding "EDGE", ``_OFFSET``); on its stdout it writes the answer (an ``_OFFSET``), then
+a header (``_HEADER``: lines read, TASK records seen, edges, whether any edge points
+backward) and the edges' parents and children in file order, as native unsigned 32-bit
+arrays.
 """
 
 from __future__ import annotations
 
 import gc
+import os
+import select
 import struct
 import sys
 from array import array
 from typing import IO
 
-from pmc.dag.lines import edge_ids, is_plain, read_blocks, split_fields
+from pmc.dag.lines import decode_block, edge_ids, is_plain, read_blocks, split_fields
 from pmc.dag.model import DagError
 from pmc.errors import ExitCode
 from pmc.pychild import python_command
@@ -38,27 +47,9 @@ from pmc.pychild import python_command
 # DAG files at least this big get a helper: starting one takes ~30 ms, and for 100,000
 # tasks and as many edges (6.8 MB) it saved no more than that.
 MIN_BYTES = 8 << 20
-# The share of the EDGE section's bytes the helper resolves: SHARE_BASE, plus SHARE_SLOPE
-# for every byte before the EDGE section per byte in it, at most SHARE_MOST. The helper
-# reaches the EDGE section well before the parser, which has built a Task per TASK line
-# on the way, and the more TASK text per EDGE line (options, a "#@" line per task) the
-# longer that takes. Best shares measured on 1M tasks + 1M edges (TASK section bytes
-# per EDGE section byte in brackets): 0.65 plain (1.2), ~0.70 with "-m 1 -c 1" on every
-# TASK line (1.5), ~0.78 with a "#@" line before every TASK line (3.1).
-SHARE_BASE = 0.55
-SHARE_SLOPE = 0.08
-SHARE_MOST = 0.85
 
+_OFFSET = struct.Struct("=Q")
 _HEADER = struct.Struct("=QQQB")
-
-
-def split_offset(first_edges: int, size: int) -> int:
-    """The byte offset from which EDGE lines are the helper's, given the offset of the
-    first block holding "EDGE" and the file's size. Always past that first block's
-    start, so the parser resolves at least the lines of that block."""
-    edges = size - first_edges
-    share = min(SHARE_MOST, SHARE_BASE + SHARE_SLOPE * first_edges / max(1, edges))
-    return first_edges + max(1, int(edges * (1 - share)))
 
 
 class EdgeHelper:
@@ -67,16 +58,26 @@ class EdgeHelper:
     def __init__(self, path: str, size: int, chunk: int) -> None:
         import subprocess  # here: a DAG too small for a helper (most) never needs it
 
-        self.size = size
         self.proc = subprocess.Popen(
             python_command("pmc.dag.edgehelper", path, str(size), str(chunk)),
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
         )
 
     def split_offset(self, first_edges: int) -> int:
-        return split_offset(first_edges, self.size)
+        """The byte offset from which EDGE lines are the helper's, given the offset of
+        the parser's first block holding "EDGE"; -1 when the helper has gone (the
+        parser then reads on alone). Waits for the helper to finish the block in hand."""
+        asks, out = self.proc.stdin, self.proc.stdout
+        assert asks is not None and out is not None
+        try:
+            asks.write(_OFFSET.pack(first_edges))
+            asks.flush()
+            answer = out.read(_OFFSET.size)
+        except OSError:
+            return -1
+        return _OFFSET.unpack(answer)[0] if len(answer) == _OFFSET.size else -1
 
     def result(self, lines: int, tasks: int, parents: array[int],
                children: array[int]) -> bool | None:
@@ -93,8 +94,12 @@ class EdgeHelper:
         """Stop the helper without its result."""
         if self.proc.returncode is None:
             self.proc.kill()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                try:
+                    pipe.close()
+                except OSError:
+                    pass  # the question not delivered: the helper is gone anyway
         self.proc.wait()
 
 
@@ -115,63 +120,110 @@ def _read(out: IO[bytes], lines: int, tasks: int, parents: array[int],
     return None if out.read(1) else bool(backward)
 
 
-def resolve(path: str, size: int, chunk: int, out: IO[bytes]) -> None:
-    """Resolve the EDGE lines from ``split_offset`` on and write them to ``out``; raise
-    DagError (or OSError) for anything the parser would report."""
+class _Asked:
+    """The parser's question on fd ``fd``, and the helper's answer on ``out``."""
+
+    def __init__(self, fd: int, out: IO[bytes]) -> None:
+        self.fd = fd
+        self.out = out
+        self.first_edges = -1  # the offset of the first block holding "EDGE", once read
+        self.split = -1  # the answer, once given
+
+    def poll(self, done: int, wait: bool = False) -> None:
+        """Answer the question if it has come (``wait``: once it comes), the EDGE lines
+        of the blocks from ``done`` on being resolved already."""
+        if self.split >= 0 or not (wait or select.select([self.fd], [], [], 0)[0]):
+            return
+        asked = b""
+        while len(asked) < _OFFSET.size:
+            got = os.read(self.fd, _OFFSET.size - len(asked))
+            if not got:
+                raise EOFError("the parser has gone")
+            asked += got
+        (first,) = _OFFSET.unpack(asked)
+        if first != self.first_edges and self.first_edges >= 0:
+            raise ValueError("the parser read other blocks")  # the file changed
+        # Halfway through what neither has done: both read EDGE lines about as fast.
+        self.split = first + max(0, done - first) // 2
+        self.out.write(_OFFSET.pack(self.split))
+        self.out.flush()
+
+
+def resolve(path: str, size: int, chunk: int, asked: _Asked) -> None:
+    """Read the task names, resolve EDGE lines from the end back until the answer given
+    to the parser, and write them out; raise DagError (or OSError) for anything the
+    parser would report."""
     index: dict[str, int] = {}
     setdefault = index.setdefault
     ntasks = 0
-    parents = array("I")
-    children = array("I")
-    add_parent = parents.append
-    add_child = children.append
-    backward = False
-    split = -1
     nlines = 0
+    blocks: list[tuple[int, int, int]] = []  # offset, lines before, bytes: from the first "EDGE"
     with open(path, "rb") as f:
         for offset, before, data, lines in read_blocks(path, f, chunk):
             nlines = before + len(lines)
-            if split < 0 and b"EDGE" in data:
-                split = split_offset(offset, size)
+            if asked.first_edges < 0 and b"EDGE" in data:
+                asked.first_edges = offset
+            if asked.first_edges >= 0:
+                blocks.append((offset, before, len(data)))
             # Fields split as the parser splits them (pmc.dag.lines): the same names.
-            plain = is_plain(data)
-            if split < 0 or offset < split:
-                # The parser's part: only the task names matter here.
-                if b"TASK" in data:
-                    for line in lines:
-                        parts = line.split(None, 2) if plain else split_fields(line)
-                        if parts and parts[0] == "TASK":
-                            if len(parts) > 1:
-                                setdefault(parts[1], ntasks)
-                            ntasks += 1
-                continue
-            # The parser's EDGE branch (pmc.dag.reader._parse), inlined rather than shared: a
-            # call per edge would cost ~0.1 s at a million edges. Its messages are not
-            # needed: any error makes the parser parse again alone.
-            for lineno, line in enumerate(lines, before + 1):
-                parts = line.split(None, 2) if plain else split_fields(line)
-                if not parts:
-                    continue
-                kind = parts[0]
-                if kind == "EDGE":
-                    try:
-                        p = index[parts[1]]
-                        c = index[parts[2]]
-                    except (KeyError, IndexError):
-                        p, c = edge_ids(path, lineno, line, index)
-                    if p >= c:
-                        if p == c:
-                            raise DagError(path, lineno, "self edge")
-                        backward = True
-                    add_parent(p)
-                    add_child(c)
-                elif kind == "TASK":
-                    if len(parts) > 1:
-                        setdefault(parts[1], ntasks)
-                    ntasks += 1
-    out.write(_HEADER.pack(nlines, ntasks, len(parents), backward))
-    out.write(parents.tobytes())
-    out.write(children.tobytes())
+            if b"TASK" in data:
+                plain = is_plain(data)
+                for line in lines:
+                    parts = line.split(None, 2) if plain else split_fields(line)
+                    if parts and parts[0] == "TASK":
+                        if len(parts) > 1:
+                            setdefault(parts[1], ntasks)
+                        ntasks += 1
+            asked.poll(size)
+        done = size  # the EDGE lines from here on are resolved
+        backward = False
+        results: list[tuple[array[int], array[int]]] = []
+        for offset, before, length in reversed(blocks):
+            asked.poll(done)
+            if offset < asked.split:
+                break
+            data = os.pread(f.fileno(), length, offset)
+            lines, error = decode_block(path, before, data)
+            if error is not None or len(data) != length:
+                raise error or DagError(path, None, "the DAG file changed")
+            edges = (array("I"), array("I"))
+            results.append(edges)
+            backward = _edges(path, before, lines, is_plain(data), index, edges) or backward
+            done = offset
+    asked.poll(done, wait=True)
+    results.reverse()  # in file order
+    out = asked.out
+    out.write(_HEADER.pack(nlines, ntasks, sum(len(p) for p, _ in results), backward))
+    for which in (0, 1):
+        for edges in results:
+            out.write(edges[which])
+
+
+def _edges(path: str, before: int, lines: list[str], plain: bool, index: dict[str, int],
+           edges: tuple[array[int], array[int]]) -> bool:
+    """Resolve a block's EDGE lines into ``edges`` (parents, children); whether one
+    points backward."""
+    # The parser's EDGE branch (pmc.dag.reader._Reader.take), inlined rather than shared:
+    # a call per edge would cost ~0.1 s at a million edges. Its messages are not needed:
+    # any error makes the parser parse again alone.
+    add_parent, add_child = edges[0].append, edges[1].append
+    backward = False
+    for lineno, line in enumerate(lines, before + 1):
+        parts = line.split(None, 2) if plain else split_fields(line)
+        if not parts or parts[0] != "EDGE":
+            continue  # TASK, comment and other lines are the parser's
+        try:
+            p = index[parts[1]]
+            c = index[parts[2]]
+        except (KeyError, IndexError):
+            p, c = edge_ids(path, lineno, line, index)
+        if p >= c:
+            if p == c:
+                raise DagError(path, lineno, "self edge")
+            backward = True
+        add_parent(p)
+        add_child(c)
+    return backward
 
 
 def main(argv: list[str]) -> int:
@@ -179,8 +231,8 @@ def main(argv: list[str]) -> int:
     gc.disable()  # nothing here makes reference cycles
     try:
         path, size, chunk = argv[0], int(argv[1]), int(argv[2])
-        resolve(path, size, chunk, sys.stdout.buffer)
+        resolve(path, size, chunk, _Asked(sys.stdin.fileno(), sys.stdout.buffer))
         sys.stdout.flush()
-    except (DagError, OSError, ValueError, IndexError):
+    except (DagError, OSError, ValueError, IndexError, EOFError):
         return ExitCode.FAILED
     return ExitCode.OK

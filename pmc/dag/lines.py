@@ -104,7 +104,7 @@ def read_blocks(path: str, f: BinaryIO, chunk: int) -> Iterator[tuple[int, int, 
             data = b"".join(pending)
             if not data:
                 return
-        lines, error = _decode(path, before, data)
+        lines, error = decode_block(path, before, data)
         yield offset, before, data, lines
         if error is not None:
             raise error
@@ -114,8 +114,9 @@ def read_blocks(path: str, f: BinaryIO, chunk: int) -> Iterator[tuple[int, int, 
             return
 
 
-def _decode(path: str, before: int, data: bytes) -> tuple[list[str], DagError | None]:
-    """The lines of ``data`` up to the first bad one, and the error for that one."""
+def decode_block(path: str, before: int, data: bytes) -> tuple[list[str], DagError | None]:
+    """The lines of ``data`` (a run of whole lines, ``before`` lines into the file) up to
+    the first bad one, and the error for that one (None: none is bad)."""
     bad = data.find(b"\0")
     try:
         text = data.decode("utf-8")

@@ -106,6 +106,9 @@ def _parse(path: str, f: BinaryIO, helper: edgehelper.EdgeHelper | None = None) 
         if helper is not None:
             if split < 0 and b"EDGE" in data:
                 split = helper.split_offset(offset)
+                if split < 0:  # the helper has gone: nothing of ours was skipped yet
+                    helper.stop()
+                    helper = None
             theirs = 0 <= split <= offset
             if theirs and data.startswith(b"EDGE ") + data.count(b"\nEDGE ") == len(lines):
                 continue  # nothing but the helper's EDGE lines
