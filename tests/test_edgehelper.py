@@ -9,6 +9,7 @@ and checks that the helper really did resolve some of the edges.
 from __future__ import annotations
 
 import sys
+import time
 from array import array
 from pathlib import Path
 from typing import BinaryIO
@@ -169,6 +170,43 @@ def test_errors_in_the_helpers_share(tmp_path: Path, helped: Helped, bad: str) -
         parse_dag(path)
     assert str(info.value) == error_alone(path)
     assert "nosuchtask_later" not in str(info.value)
+
+
+@pytest.fixture(params=["parser first", "helper first"])
+def late(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Whether the parser asks where to split only once the helper has had time to
+    resolve every EDGE line (then it indexes no name itself)."""
+    if request.param == "helper first":
+        ask = edgehelper.EdgeHelper.split_offset
+
+        def later(self: edgehelper.EdgeHelper, first_edges: int, unindexed: int) -> int:
+            time.sleep(1)
+            return ask(self, first_edges, unindexed)
+
+        monkeypatch.setattr(edgehelper.EdgeHelper, "split_offset", later)
+    return request.param == "helper first"
+
+
+def test_helper_first_resolves_every_edge(tmp_path: Path, helped: Helped, late: bool) -> None:
+    path = write(tmp_path, fan(300))
+    got = parse_dag(path)
+    assert shape(got) == shape(alone(path))
+    assert helped.edges == got.edge_count() if late else helped.edges > 100
+
+
+@pytest.mark.parametrize("where", [1, 150, 299])
+def test_duplicate_task_ids_before_the_edges(tmp_path: Path, helped: Helped, late: bool,
+                                             where: int) -> None:
+    # Helped, the parser indexes names only once an EDGE line of its own needs them, and
+    # the helper checks them meanwhile: a name given twice is still the error a parse
+    # alone reports, at the same line.
+    lines = fan(300).splitlines(keepends=True)
+    lines.insert(where, "TASK t0 /bin/false\n")
+    path = write(tmp_path, "".join(lines))
+    with pytest.raises(DagError) as info:
+        parse_dag(path)
+    assert str(info.value) == error_alone(path)
+    assert f":{where + 1}: duplicate task id 't0'" in str(info.value)
 
 
 def test_duplicate_edge_across_the_split(tmp_path: Path, helped: Helped) -> None:

@@ -24,7 +24,7 @@ import re
 from array import array
 from collections.abc import Iterable, Iterator
 from itertools import compress
-from operator import not_
+from operator import attrgetter, not_
 from typing import TYPE_CHECKING
 
 from pmc.core.pathorder import PathOrder
@@ -66,6 +66,7 @@ def _key(priority: int, task_id: int, index: int = 0) -> int:
     return (-priority << 64) | (index << 32) | task_id
 
 
+_id_of = attrgetter("id")
 _WAITING_ONLY = bytes([1] + [0] * 255)  # a translate table: 1 where WAITING, else 0
 
 
@@ -80,12 +81,14 @@ def _readied(state: bytearray, waiting_on: array[int]) -> bytes:
     return (int.from_bytes(state, "little") | ready).to_bytes(n, "little")
 
 
-def _ids(dag: DAG) -> Iterable[int]:
-    """The task ids in DAG order, as the int objects the DAG already holds (its index's
-    values): a list of a few hundred thousand ready ids made from ``range`` would hold
-    an int object of its own for each, ~32 bytes apiece (12 MB at 365,000 roots)."""
-    index = dag.index
-    return index.values() if len(index) == len(dag) else range(len(dag))
+def _ids_where(dag: DAG, ready: Iterable[object]) -> list[int]:
+    """The ids where ``ready`` is true, in DAG order, as the int objects the DAG's tasks
+    already hold (their ``id``): a list of a few hundred thousand ready ids made from
+    ``range`` would hold an int object of its own for each, ~32 bytes apiece (12 MB at
+    365,000 roots). A DAG with task arrays holds placeholders, not Tasks: ``range``."""
+    if dag.arrays:
+        return list(compress(range(len(dag)), ready))
+    return list(map(_id_of, compress(dag.tasks, ready)))
 
 
 class Engine:
@@ -168,7 +171,7 @@ class Engine:
         # No rescue log: READY (1) exactly where no parent is, built in C, not a Python
         # loop over a million tasks.
         state[:] = bytes(map(not_, waiting_on))
-        return list(compress(_ids(dag), state)), []
+        return _ids_where(dag, state), []
 
     def _fill_heaps(self, roots: list[int], runs: list[tuple[int, int]]) -> None:
         """The ready classes' heaps at the start."""
@@ -220,7 +223,7 @@ class Engine:
         is_ready = _READY.__eq__
         runs: list[tuple[int, int]] = []
         if not self.dag.arrays:
-            return list(compress(_ids(self.dag), map(is_ready, state))), runs
+            return _ids_where(self.dag, map(is_ready, state)), runs
         roots: list[int] = []
         pos = 0
         for owner in self.dag.arrays.values():

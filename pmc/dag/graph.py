@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 def build_dag(
     path: str,
     tasks: list[Optioned],
-    index: dict[str, int],
+    index: dict[str, int] | None,
     edges: list[array[int]],
     backward: bool,
     arrays: dict[str, Array] | None = None,

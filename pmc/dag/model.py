@@ -370,8 +370,10 @@ class ArrayRange(Protocol):
 class DAG:
     """Tasks in DAG order plus edges in compressed (CSR) form: small for a million tasks.
 
-    ``index`` maps each name to its id and holds them in DAG order (ids 0, 1, 2, ...):
-    its values are the ids' own int objects, which the engine reuses.
+    ``index`` maps each name to its id and holds them in DAG order (ids 0, 1, 2, ...),
+    its values the tasks' own ``id`` objects. A big DAG's parse leaves it to be built
+    on first use (``index=None``): ten million names cost a parse 15 s, and a run that
+    looks no task up by name (no rescue log, no open workflow) never needs them.
 
     Task arrays (a pmc extension, ``pmc.dag.arrays``) take a range of ids each: a hidden
     join node, the members, another join. ``tasks`` holds for each member the array's
@@ -379,14 +381,14 @@ class DAG:
     each join the array's join placeholder; ``index`` holds no member (a member's id is
     found by arithmetic, ``id_of``). ``len(dag)`` counts ids, ``ntasks`` the tasks."""
 
-    __slots__ = ("arrays", "child_list", "child_start", "index", "nparents", "path",
+    __slots__ = ("_index", "arrays", "child_list", "child_start", "nparents", "path",
                  "tasks")
 
     def __init__(
         self,
         path: str,
         tasks: list[Optioned],
-        index: dict[str, int],
+        index: dict[str, int] | None,
         child_start: array[int],
         child_list: array[int],
         nparents: array[int],
@@ -394,7 +396,7 @@ class DAG:
     ) -> None:
         self.path = path
         self.tasks = tasks
-        self.index = index
+        self._index = index
         self.child_start = child_start  # len(tasks) + 1 offsets into child_list
         self.child_list = child_list
         self.nparents = nparents
@@ -403,6 +405,16 @@ class DAG:
 
     def __len__(self) -> int:
         return len(self.tasks)
+
+    @property
+    def index(self) -> dict[str, int]:
+        """Each task's id by name (array members are in no index: ``id_of``)."""
+        if self._index is None:
+            # Only a parse without task arrays leaves it unbuilt: every entry is a Task.
+            tasks = self.made
+            self._index = dict(zip(map(attrgetter("name"), tasks),
+                                   map(attrgetter("id"), tasks), strict=True))
+        return self._index
 
     @property
     def ntasks(self) -> int:

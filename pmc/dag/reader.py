@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import os
 from array import array
+from operator import attrgetter
 from typing import BinaryIO
 
 from pmc.dag import arrays as task_arrays
@@ -33,6 +34,7 @@ from pmc.dag.taskline import SIMPLE_OPTIONS, option_values, parse_task, pegasus_
 from pmc.dag.words import SPACE, has_quoting
 
 _SIMPLE_OPTIONS = SIMPLE_OPTIONS.match
+_name_of, _id_of = attrgetter("name"), attrgetter("id")
 _NOT_CMD = "- \t\r"  # what a command cannot start with ("" is in it too: no command)
 
 # Distinct option texts and values kept and shared: "-p" with a number per task is
@@ -96,7 +98,9 @@ def _start_helper(path: str, f: BinaryIO) -> edgehelper.EdgeHelper | None:
 
 
 def _parse(path: str, f: BinaryIO, helper: edgehelper.EdgeHelper | None = None) -> DAG:
-    reader = _Reader(path)
+    # With a helper, the name index waits until an EDGE line of ours needs it: the
+    # helper checks that no two TASK lines share a name, and may resolve every EDGE line.
+    reader = _Reader(path, lazy=helper is not None)
     take = reader.take
     split = -1  # the byte offset from which EDGE lines are the helper's; -1: none are
     nlines = 0
@@ -105,10 +109,11 @@ def _parse(path: str, f: BinaryIO, helper: edgehelper.EdgeHelper | None = None) 
         theirs = False  # are this block's EDGE lines the helper's?
         if helper is not None:
             if split < 0 and b"EDGE" in data:
-                split = helper.split_offset(offset)
+                split = helper.split_offset(offset, reader.unindexed())
                 if split < 0:  # the helper has gone: nothing of ours was skipped yet
                     helper.stop()
                     helper = None
+                    reader.need_index()
             theirs = 0 <= split <= offset
             if theirs and data.startswith(b"EDGE ") + data.count(b"\nEDGE ") == len(lines):
                 continue  # nothing but the helper's EDGE lines
@@ -122,6 +127,8 @@ def _parse(path: str, f: BinaryIO, helper: edgehelper.EdgeHelper | None = None) 
             helper.stop()
             helper = None
             split = -1
+    if split < 0:
+        reader.need_index()  # (no EDGE line: the helper was never asked)
     backward = reader.backward
     if split >= 0:
         assert helper is not None
@@ -137,7 +144,7 @@ def _parse(path: str, f: BinaryIO, helper: edgehelper.EdgeHelper | None = None) 
             # parse_dag parse again alone.
             reader.edge_lines.frombytes(bytes(4 * (len(reader.parents) - ours)))
     if reader.arrays:
-        task_arrays.check_names(path, reader.tasks, reader.index, reader.arrays)
+        task_arrays.check_names(path, reader.tasks, reader.need_index(), reader.arrays)
     # build_dag lets each of these go once it is used up: nothing else may hold them.
     edges = [reader.parents, reader.children, reader.edge_lines]
     reader.parents = reader.children = reader.edge_lines = array("I")
@@ -156,10 +163,11 @@ class _Reader:
                  "lines", "options", "parents", "path", "pegasus", "pegasus_task", "plain_task",
                  "tasks")
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, lazy: bool = False) -> None:
         self.path = path
         self.tasks: list[Optioned] = []
-        self.index: dict[str, int] = {}
+        # None (``lazy``) until need_index: an edge helper checks the names meanwhile.
+        self.index: dict[str, int] | None = None if lazy else {}
         # "I", not "i": array("i") converts every item through PyArg_Parse, several times
         # slower than the unsigned types (a million edges make three million appends).
         self.parents = array("I")
@@ -194,6 +202,8 @@ class _Reader:
             if kind == "EDGE":
                 if theirs:
                     continue
+                if index is None:
+                    index = self.need_index()
                 try:
                     p, c = index[parts[1]], index[parts[2]]
                 except (KeyError, IndexError):
@@ -235,6 +245,7 @@ class _Reader:
                 else:
                     general = self.general_task(lineno, line, parts, tid, pegasus)
                     prefix, cut, last_options = shared.prefix, shared.cut, shared.last
+                    index = self.index  # (a task array needs it: built)
                     if general is None:  # a task array (extension), its members taken
                         pegasus = None
                         continue
@@ -244,7 +255,7 @@ class _Reader:
                     # Task.pegasus_id): one shared small int when SEQ counts with it.
                     task._pegasus = pegasus - tid if isinstance(pegasus, int) else pegasus  # type: ignore[misc]
                     pegasus = None
-                if index.setdefault(task.name, tid) != tid:
+                if index is not None and index.setdefault(task.name, tid) != tid:
                     raise _duplicate(path, lineno, line, tasks[index[task.name]])
                 add_task(task)
                 add_at(lineno)
@@ -261,7 +272,8 @@ class _Reader:
         shared, tasks = self.options, self.tasks
         parsed = parse_task(self.path, lineno, line, parts, tid)
         if isinstance(parsed, task_arrays.ArrayDef):
-            task_arrays.define(parsed, self.path, line, tasks, self.index, self.arrays, pegasus)
+            task_arrays.define(parsed, self.path, line, tasks, self.need_index(), self.arrays,
+                               pegasus)
             self.lines.extend(array("I", [lineno]) * (len(tasks) - len(self.lines)))
             shared.waiting = None
             return None
@@ -272,7 +284,21 @@ class _Reader:
     def array_edge(self, lineno: int, line: str) -> bool:
         """An EDGE line the fast path could not take in a DAG with task arrays."""
         edges = task_arrays.Edges(self.parents, self.children, self.edge_lines)
-        return task_arrays.edge(self.path, lineno, line, self.index, self.arrays, edges)
+        return task_arrays.edge(self.path, lineno, line, self.need_index(), self.arrays, edges)
+
+    def unindexed(self) -> int:
+        """The tasks need_index would have to add to the index."""
+        return len(self.tasks) if self.index is None else 0
+
+    def need_index(self) -> dict[str, int]:
+        """The name index, built from the tasks read so far if it was left for later;
+        a name twice among them makes the parse start again alone, which reports it."""
+        if self.index is None:
+            tasks = self.tasks
+            self.index = dict(zip(map(_name_of, tasks), map(_id_of, tasks), strict=True))
+            if len(self.index) < len(tasks):
+                raise _HelperFailed
+        return self.index
 
 
 class _SharedOptions:
@@ -369,4 +395,4 @@ def read_task_lines(path: str, lines: list[str], before: int = 0,
     must have been blanked by the caller (``pmc.dag.extend`` reads those itself)."""
     reader = _Reader(path)
     reader.take(before, lines, False, True, False)
-    return reader.tasks, reader.index, reader.arrays
+    return reader.tasks, reader.need_index(), reader.arrays
