@@ -209,6 +209,21 @@ def test_duplicate_task_ids_before_the_edges(tmp_path: Path, helped: Helped, lat
     assert f":{where + 1}: duplicate task id 't0'" in str(info.value)
 
 
+def test_dos_lines_blanks_and_record_words_in_names(tmp_path: Path, helped: Helped) -> None:
+    # The helper reads bytes: CR LF line ends, blanks around fields, and "TASK" or "EDGE"
+    # inside names and commands read as the parser reads them.
+    names = [f"EDGE{i}" if i % 5 == 0 else f"t{i}TASK" if i % 7 == 0 else f"t{i}"
+             for i in range(300)]
+    text = "".join(f"{' ' * (i % 2)}TASK\t{name} /bin/echo TASK{i}\r\n"
+                   for i, name in enumerate(names))
+    text += "".join(f"EDGE {names[i // 2]}\t {names[i]} \r\n" for i in range(1, 300))
+    path = write(tmp_path, text)
+    got = parse_dag(path)
+    assert shape(got) == shape(alone(path))
+    assert got.edge_count() == 299 and got.index["EDGE5"] == 5
+    assert helped.edges > 100 and not helped.failed
+
+
 def test_duplicate_edge_across_the_split(tmp_path: Path, helped: Helped) -> None:
     # A repeated edge, one copy read by each process, counts once, as when alone.
     text = fan(300)

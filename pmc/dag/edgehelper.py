@@ -33,14 +33,17 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 import select
 import struct
 import sys
 import time
 from array import array
+from collections.abc import Sequence
+from operator import eq, ge
 from typing import IO
 
-from pmc.dag.lines import decode_block, edge_ids, is_plain, read_blocks, split_fields
+from pmc.dag.lines import read_runs
 from pmc.dag.model import DagError
 from pmc.errors import ExitCode
 from pmc.pychild import python_command
@@ -48,11 +51,6 @@ from pmc.pychild import python_command
 # DAG files at least this big get a helper: starting one takes ~30 ms, and for 100,000
 # tasks and as many edges (6.8 MB) it saved no more than that.
 MIN_BYTES = 8 << 20
-# What indexing a task's name costs the parser, in seconds: measured 0.6 µs a task at a
-# million tasks, 1.5 µs at ten million (the index outgrows the caches). The larger: a
-# parser that stops to index its tasks while the helper could have ended alone is the
-# costlier mistake.
-INDEX_COST = 1.5e-6
 
 _QUESTION = struct.Struct("=QQ")
 _OFFSET = struct.Struct("=Q")
@@ -137,6 +135,10 @@ class _Asked:
         self.first_edges = -1  # the offset of the first block holding "EDGE", once read
         self.split = -1  # the answer, once given
         self.rate = 0.0  # EDGE section bytes resolved per second, once measured
+        # Seconds per task the helper took to index its names: what the parser's index
+        # will cost too (0.6 µs a task at a million tasks, 1.5 µs at ten million here,
+        # the index outgrowing the caches).
+        self.index_cost = 0.0
 
     def poll(self, done: int, wait: bool = False) -> None:
         """Answer the question if it has come (``wait``: once it comes), the EDGE lines
@@ -155,59 +157,53 @@ class _Asked:
         # What neither has done, shared so that both end together: the parser, once it
         # has indexed its tasks (meanwhile the helper goes on ``ahead``), reads EDGE lines
         # about as fast as the helper. Before the helper has timed a block, half each.
-        ahead = unindexed * INDEX_COST * self.rate
+        ahead = unindexed * self.index_cost * self.rate
         left = done - first
-        # A share only where the parser's indexing is well spent (INDEX_COST is a guess
-        # to a factor of two), else the helper ends alone: the parser is then idle, but
-        # spares its index the memory too.
-        self.split = first + (int(left - ahead) // 2 if left > 2 * ahead else 0)
+        # A share only where the parser's index saves it well more than it costs, else
+        # the helper ends alone: the parser is idle, but spares the index's memory.
+        self.split = first + (int(left - ahead) // 2 if left > 1.5 * ahead else 0)
         self.out.write(_OFFSET.pack(self.split))
         self.out.flush()
 
 
 def resolve(path: str, size: int, chunk: int, asked: _Asked) -> None:
     """Read the task names, resolve EDGE lines from the end back until the answer given
-    to the parser, and write them out; raise DagError (or OSError) for anything the
-    parser would report."""
-    index: dict[str, int] = {}
-    setdefault = index.setdefault
+    to the parser, and write them out; raise DagError (or OSError, KeyError) for
+    anything the parser would report."""
+    index: dict[bytes, int] = {}
     ntasks = 0
     nlines = 0
-    blocks: list[tuple[int, int, int]] = []  # offset, lines before, bytes: from the first "EDGE"
+    blocks: list[tuple[int, int]] = []  # offset and bytes of each run from the first "EDGE"
+    indexing = 0.0
     with open(path, "rb") as f:
-        for offset, before, data, lines in read_blocks(path, f, chunk):
-            nlines = before + len(lines)
+        for offset, data in read_runs(path, f, chunk):
+            nlines += data.count(b"\n") + (not data.endswith(b"\n"))
             if asked.first_edges < 0 and b"EDGE" in data:
                 asked.first_edges = offset
             if asked.first_edges >= 0:
-                blocks.append((offset, before, len(data)))
-            # Fields split as the parser splits them (pmc.dag.lines): the same names.
+                blocks.append((offset, len(data)))
             if b"TASK" in data:
-                plain = is_plain(data)
-                for line in lines:
-                    parts = line.split(None, 2) if plain else split_fields(line)
-                    if parts and parts[0] == "TASK":
-                        if len(parts) > 1 and setdefault(parts[1], ntasks) != ntasks:
-                            raise DagError(path, None, "duplicate task id")  # the parser's
-                        ntasks += 1
+                start = time.perf_counter()
+                ntasks = _names(path, data, index, ntasks)
+                indexing += time.perf_counter() - start
             asked.poll(size)
+        asked.index_cost = indexing / max(1, ntasks)
         done = size  # the EDGE lines from here on are resolved
         backward = False
         results: list[tuple[array[int], array[int]]] = []
         start = time.perf_counter()
-        for offset, before, length in reversed(blocks):
+        for offset, length in reversed(blocks):
             if done < size:
                 asked.rate = (size - done) / (time.perf_counter() - start)
             asked.poll(done)
             if offset < asked.split:
                 break
             data = os.pread(f.fileno(), length, offset)
-            lines, error = decode_block(path, before, data)
-            if error is not None or len(data) != length:
-                raise error or DagError(path, None, "the DAG file changed")
-            edges = (array("I"), array("I"))
+            if len(data) != length:
+                raise DagError(path, None, "the DAG file changed")
+            edges = _edges(path, data, index)
             results.append(edges)
-            backward = _edges(path, before, lines, is_plain(data), index, edges) or backward
+            backward = backward or any(map(ge, *edges))
             done = offset
     asked.poll(done, wait=True)
     results.reverse()  # in file order
@@ -218,31 +214,75 @@ def resolve(path: str, size: int, chunk: int, asked: _Asked) -> None:
             out.write(edges[which])
 
 
-def _edges(path: str, before: int, lines: list[str], plain: bool, index: dict[str, int],
-           edges: tuple[array[int], array[int]]) -> bool:
-    """Resolve a block's EDGE lines into ``edges`` (parents, children); whether one
-    points backward."""
-    # The parser's EDGE branch (pmc.dag.reader._Reader.take), inlined rather than shared:
-    # a call per edge would cost ~0.1 s at a million edges. Its messages are not needed:
-    # any error makes the parser parse again alone.
-    add_parent, add_child = edges[0].append, edges[1].append
-    backward = False
-    for lineno, line in enumerate(lines, before + 1):
-        parts = line.split(None, 2) if plain else split_fields(line)
-        if not parts or parts[0] != "EDGE":
-            continue  # TASK, comment and other lines are the parser's
-        try:
-            p = index[parts[1]]
-            c = index[parts[2]]
-        except (KeyError, IndexError):
-            p, c = edge_ids(path, lineno, line, index)
-        if p >= c:
-            if p == c:
-                raise DagError(path, lineno, "self edge")
-            backward = True
-        add_parent(p)
-        add_child(c)
-    return backward
+# The helper reads bytes, not text: a name's bytes are as unique as its text, and the
+# parser, which decodes every line, finds any that is not UTF-8. The record blanks
+# (space, tab, CR) split bytes as they split the parser's text (pmc.dag.lines): in UTF-8
+# they are never part of another character, and where str.split() would split at more
+# (vertical tab, form feed...) is_plain has sent the parser to the record blanks too.
+_BLANK_RUN = re.compile(rb"[ \t\r]+")
+_BLANKS = b" \t\r"
+# A run's TASK records and each one's name in one search, when every "TASK" in the run
+# begins a line and one of them (else the run is read line by line).
+_TASK = re.compile(rb"TASK[ \t\r]+([^ \t\r\n]+)")
+_ODD_BLANKS = (b"\x0b", b"\x0c")  # blanks to bytes.split(), not to the parser
+
+
+def _fields(line: bytes) -> list[bytes]:
+    text = line.strip(_BLANKS)
+    return _BLANK_RUN.split(text) if text else []
+
+
+def _names(path: str, data: bytes, index: dict[bytes, int], ntasks: int) -> int:
+    """Index the names of a run's TASK records, the first being task ``ntasks``; the
+    count of tasks after them. A name given twice raises DagError."""
+    names = _TASK.findall(data)
+    ids: Sequence[int]
+    if len(names) == data.count(b"TASK") == data.count(b"\nTASK") + data.startswith(b"TASK"):
+        ids = range(ntasks, ntasks + len(names))
+        ntasks += len(names)
+    else:  # a "TASK" within a line, or a record without a name: line by line
+        names, ids = [], []
+        for line in data.split(b"\n"):
+            fields = _fields(line)
+            if fields and fields[0] == b"TASK":
+                if len(fields) > 1:
+                    names.append(fields[1])
+                    ids.append(ntasks)
+                ntasks += 1
+    known = len(index)
+    index.update(zip(names, ids, strict=True))
+    if len(index) - known != len(names):
+        raise DagError(path, None, "duplicate task id")  # the parser reports it
+    return ntasks
+
+
+def _edges(path: str, data: bytes, index: dict[bytes, int]) -> tuple[array[int], array[int]]:
+    """A run's EDGE records as (parents, children); DagError (or KeyError) for a bad one:
+    a self edge, an unknown name, a line with more or fewer than two names."""
+    fields = data.split() if not any(odd in data for odd in _ODD_BLANKS) else []
+    n = len(fields) // 3
+    # A run of nothing but EDGE records of two names each, split in one go: n lines, 3n
+    # fields, and n times "EDGE" in the run, each at a line's start and each the field
+    # at 0, 3, 6...: so each line is one record's three fields.
+    if (fields and len(fields) == 3 * n == 3 * (data.count(b"\n") + (not data.endswith(b"\n")))
+            and data.count(b"EDGE") == n == data.count(b"\nEDGE") + data.startswith(b"EDGE")
+            and fields[::3].count(b"EDGE") == n):
+        parents_named, children_named = fields[1::3], fields[2::3]
+    else:
+        parents_named, children_named = [], []
+        for line in data.split(b"\n"):
+            fields = _fields(line)
+            if fields and fields[0] == b"EDGE":
+                if len(fields) != 3:
+                    raise DagError(path, None, "EDGE needs a parent and a child")
+                parents_named.append(fields[1])
+                children_named.append(fields[2])
+    find = index.__getitem__
+    parents = array("I", map(find, parents_named))
+    children = array("I", map(find, children_named))
+    if any(map(eq, parents, children)):
+        raise DagError(path, None, "self edge")
+    return parents, children
 
 
 def main(argv: list[str]) -> int:
@@ -252,6 +292,6 @@ def main(argv: list[str]) -> int:
         path, size, chunk = argv[0], int(argv[1]), int(argv[2])
         resolve(path, size, chunk, _Asked(sys.stdin.fileno(), sys.stdout.buffer))
         sys.stdout.flush()
-    except (DagError, OSError, ValueError, IndexError, EOFError):
+    except (DagError, OSError, ValueError, KeyError, EOFError):
         return ExitCode.FAILED
     return ExitCode.OK

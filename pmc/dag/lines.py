@@ -79,12 +79,11 @@ def edge_ids(path: str, lineno: int, line: str, index: dict[str, int]) -> tuple[
     return index[fields[1]], index[fields[2]]
 
 
-def read_blocks(path: str, f: BinaryIO, chunk: int) -> Iterator[tuple[int, int, bytes, list[str]]]:
-    """Yield (offset, lines before, data, lines) for runs of complete lines, read ``chunk``
-    bytes at a time: the run's first byte in the file, the number of lines before it,
-    its bytes and its decoded lines. A NUL byte or invalid UTF-8 raises DagError after
-    the lines before it. The same file and chunk always give the same runs."""
-    before = 0
+def read_runs(path: str, f: BinaryIO, chunk: int) -> Iterator[tuple[int, bytes]]:
+    """Yield (offset, data) for runs of complete lines, read ``chunk`` bytes at a time
+    (a line longer than that whole in one run; the last line's newline may be missing).
+    The same file and chunk always give the same runs: the parser and the edge helper
+    split the file alike."""
     offset = 0
     pending: list[bytes] = []
     while True:
@@ -104,14 +103,23 @@ def read_blocks(path: str, f: BinaryIO, chunk: int) -> Iterator[tuple[int, int, 
             data = b"".join(pending)
             if not data:
                 return
+        yield offset, data
+        offset += len(data)
+        if not block:
+            return
+
+
+def read_blocks(path: str, f: BinaryIO, chunk: int) -> Iterator[tuple[int, int, bytes, list[str]]]:
+    """Yield (offset, lines before, data, lines) for the runs of ``read_runs``: the run's
+    first byte in the file, the number of lines before it, its bytes and its decoded
+    lines. A NUL byte or invalid UTF-8 raises DagError after the lines before it."""
+    before = 0
+    for offset, data in read_runs(path, f, chunk):
         lines, error = decode_block(path, before, data)
         yield offset, before, data, lines
         if error is not None:
             raise error
         before += len(lines)
-        offset += len(data)
-        if not block:
-            return
 
 
 def decode_block(path: str, before: int, data: bytes) -> tuple[list[str], DagError | None]:
