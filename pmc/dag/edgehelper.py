@@ -2,31 +2,31 @@
 
 Parsing a million-edge DAG is bound by memory latency: every EDGE line looks up two
 task names in a dict far bigger than the CPU's caches. The parser (``pmc.dag.reader``) starts
-this helper when a DAG file is big, and the two share the EDGE section. The helper reads
-the same file in the same blocks (``pmc.dag.lines.read_blocks``), builds its own name
-index from the TASK lines (cheaper than the parser's Task objects, so it is done first),
-and then resolves EDGE lines block by block from the end of the file back. When the
-parser reaches its first block holding the text "EDGE", it asks where to split
-(``EdgeHelper.split_offset``): the helper answers with a byte offset halfway between
-that block and the last block it has done, goes on back to that offset, and the
-parser resolves the EDGE lines before it, skipping those from it on. So the split
-follows how far each has got: on a DAG whose Task objects outgrow the caches the
-helper has resolved every EDGE line by the time the parser gets there, and on a small
-one they share what is left.
+this helper when a DAG file is big, and the two share the work. The helper reads the
+same file in the same runs of lines (``pmc.dag.lines.read_runs``), indexes every TASK
+line's name (and so checks that no two are alike: the parser leaves its own index
+until it needs one), then resolves EDGE lines run by run from the end of the file
+back. When the parser reaches its first run holding the text "EDGE", it asks where to
+split (``EdgeHelper.split_offset``), telling how many tasks it would have to index
+first. The helper answers with a byte offset: the EDGE lines from it on are the
+helper's, those before it the parser's. It shares what neither has done so that both
+end together, the parser's indexing counted at what the helper's own took, and when
+that is not clearly worth it (a big DAG, whose index alone costs seconds) the parser
+gets no share: it takes the helper's edges once they come.
 
-The helper checks its lines as the parser would, but any problem (a bad line, an
-unreadable file, a file that changed) makes it exit without a result: if it had not
-answered yet the parser reads on alone; if it had, the parser parses the whole file
-again alone. So does any error the parser finds itself: every error is reported by
-the one serial parser, at the first bad line in file order, and the helper's edges
-need no line numbers. Repeated edges are passed on as they come: the parser's
-``build_dag`` counts each edge once, whichever process read it.
+The helper checks its lines as the parser would, but any problem (a bad line, a name
+given twice, an unreadable file, a file that changed) makes it exit without a result:
+if it had not answered yet the parser reads on alone; if it had, the parser parses the
+whole file again alone. So does any error the parser finds itself: every error is
+reported by the one serial parser, at the first bad line in file order, and the
+helper's edges need no line numbers. Repeated edges are passed on as they come: the
+parser's ``build_dag`` counts each edge once, whichever process read it.
 
-On its stdin the helper gets the question (the offset of the parser's first block
-holding "EDGE", ``_OFFSET``); on its stdout it writes the answer (an ``_OFFSET``), then
-a header (``_HEADER``: lines read, TASK records seen, edges, whether any edge points
-backward) and the edges' parents and children in file order, as native unsigned 32-bit
-arrays.
+On its stdin the helper gets the question (``_QUESTION``: the offset of the parser's
+first run holding "EDGE", the tasks it has not indexed); on its stdout it writes the
+answer (an ``_OFFSET``), then a header (``_HEADER``: lines read, TASK records seen,
+edges, whether any edge points backward) and the edges' parents and children in file
+order, as native unsigned 32-bit arrays.
 """
 
 from __future__ import annotations
