@@ -411,9 +411,7 @@ class DAG:
         """Each task's id by name (array members are in no index: ``id_of``)."""
         if self._index is None:
             # Only a parse without task arrays leaves it unbuilt: every entry is a Task.
-            tasks = self.made
-            self._index = dict(zip(map(attrgetter("name"), tasks),
-                                   map(attrgetter("id"), tasks), strict=True))
+            self._index = name_index(self.made)
         return self._index
 
     @property
@@ -448,6 +446,15 @@ class DAG:
         if found is None and self.arrays:
             return member_id(self.arrays, name)
         return found
+
+
+def name_index(tasks: Sequence[Task]) -> dict[str, int]:
+    """Each task's id by name, the ids the tasks' own objects (a name given twice: the
+    last task's, and fewer entries than tasks)."""
+    return dict(zip(map(_name_of, tasks), map(_id_of, tasks), strict=True))
+
+
+_name_of, _id_of = attrgetter("name"), attrgetter("id")
 
 
 def member_id(arrays: Mapping[str, ArrayRange], name: str) -> int | None:

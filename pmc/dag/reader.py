@@ -13,8 +13,7 @@ from __future__ import annotations
 import gc
 import os
 from array import array
-from operator import attrgetter
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from pmc.dag import arrays as task_arrays
 from pmc.dag import edgehelper
@@ -27,6 +26,7 @@ from pmc.dag.model import (
     Optioned,
     Task,
     TaskOptions,
+    name_index,
     new_task,
     parsed_classes,
 )
@@ -34,7 +34,6 @@ from pmc.dag.taskline import SIMPLE_OPTIONS, option_values, parse_task, pegasus_
 from pmc.dag.words import SPACE, has_quoting
 
 _SIMPLE_OPTIONS = SIMPLE_OPTIONS.match
-_name_of, _id_of = attrgetter("name"), attrgetter("id")
 _NOT_CMD = "- \t\r"  # what a command cannot start with ("" is in it too: no command)
 
 # Distinct option texts and values kept and shared: "-p" with a number per task is
@@ -294,9 +293,9 @@ class _Reader:
         """The name index, built from the tasks read so far if it was left for later;
         a name twice among them makes the parse start again alone, which reports it."""
         if self.index is None:
-            tasks = self.tasks
-            self.index = dict(zip(map(_name_of, tasks), map(_id_of, tasks), strict=True))
-            if len(self.index) < len(tasks):
+            # (No task array yet, which would need the index: every entry is a Task.)
+            self.index = name_index(cast("list[Task]", self.tasks))
+            if len(self.index) < len(self.tasks):
                 raise _HelperFailed
         return self.index
 
