@@ -215,6 +215,23 @@ def test_big_dag_with_an_array_parses_without_the_edge_helper(tmp_path: Path) ->
     assert list(dag.children(dag.index[f"task_{n - 1:07d}"])) == [z.start]
 
 
+def test_big_dag_with_an_array_after_many_tasks(tmp_path: Path) -> None:
+    # A helped parse indexes no name until it needs to: the array's line, far into the
+    # file, makes the reader index the tasks before it, and check every later name.
+    n = 120_000
+    lines = [f"TASK task_{i:07d} /bin/true {'x' * 40}\n" for i in range(n)]
+    lines += ["TASK s --array 0-9 /bin/true {}\n", "TASK task_0000005 /bin/false\n"]
+    lines += [f"EDGE task_{i:07d} task_{i + 1:07d}\n" for i in range(n - 1)]
+    with pytest.raises(DagError) as info:
+        dag_of(tmp_path, "".join(lines))
+    assert f"w.dag:{n + 2}: duplicate task id 'task_0000005' (first defined at line 6)" in str(
+        info.value)
+    lines[n + 1] = "TASK t /bin/false\n"
+    dag = dag_of(tmp_path, "".join(lines) + f"EDGE task_{n - 1:07d} s\n")
+    assert dag.ntasks == n + 11 and dag.edge_count() == n - 1 + 1 + 10
+    assert list(dag.children(dag.index[f"task_{n - 1:07d}"])) == [dag.arrays["s"].start]
+
+
 # -- the engine -------------------------------------------------------------------------------
 
 

@@ -195,14 +195,11 @@ class _Reader:
             # At most three fields: the rest of a TASK line is its command, kept as
             # written; the rest of an EDGE line must be exactly one name.
             parts = line.split(None, 2) if plain else split_fields(line)
-            if not parts:
-                continue
-            kind = parts[0]
+            kind = parts[0] if parts else "#"  # (a blank line reads as a comment)
             if kind == "EDGE":
                 if theirs:
                     continue
-                if index is None:
-                    index = self.need_index()
+                index = self.need_index() if index is None else index
                 try:
                     p, c = index[parts[1]], index[parts[2]]
                 except (KeyError, IndexError):
@@ -244,9 +241,8 @@ class _Reader:
                 else:
                     general = self.general_task(lineno, line, parts, tid, pegasus)
                     prefix, cut, last_options = shared.prefix, shared.cut, shared.last
-                    index = self.index  # (a task array needs it: built)
                     if general is None:  # a task array (extension), its members taken
-                        pegasus = None
+                        pegasus, index = None, self.index  # (the index, built for it)
                         continue
                     task = general
                 if pegasus is not None:
