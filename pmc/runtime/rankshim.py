@@ -6,9 +6,11 @@ reaps one that died by a *signal*, ``-disable-auto-cleanup`` or not; a rank that
 does not set that off (it only sends SIGUSR1 to the others). So the parent turns the
 rank's death into an exit: the child's exit code, or 128 + the signal's number when a
 signal killed it, as a shell reports it. A worker rank killed with ``kill -9`` (or by
-the OOM killer) is then a lost worker that the master works around, not the end of the
-job. The master (rank 0) has no keeper: its loss should end the job at once (the rescue
-log lets the next run go on), and it does.
+the OOM killer) is then, under ``-disable-auto-cleanup``, a lost worker that the master
+works around, not the end of the job; under Hydra's defaults its PMI socket, closed
+before it left the store, still ends the job, and the keeper makes sure Hydra sees that
+before it sees the keeper's exit (``_hand_over``). The master (rank 0) has no keeper: its
+loss should end the job at once (the rescue log lets the next run go on), and it does.
 
 The child inherits the launcher's environment and file descriptors (PMI's socket, the
 stdio pipes), so it is the MPI process; the parent keeps them open but never uses them,
@@ -42,6 +44,7 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import time
 from collections.abc import Mapping
 
 from pmc import batchsignals
@@ -56,6 +59,7 @@ FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signa
              signal.SIGUSR2, signal.SIGXCPU, signal.SIGALRM, signal.SIGCONT, signal.SIGTSTP,
              signal.SIGTTIN, signal.SIGTTOU, signal.SIGWINCH)
 _WAITED = (*FORWARDED, signal.SIGCHLD)  # the keeper's: what to pass on, and its child's end
+HYDRA_ANSWER = 5.0  # seconds a killed rank's keeper waits for Hydra to act on it
 
 
 def launcher_rank(env: Mapping[str, str]) -> int | None:
@@ -104,7 +108,10 @@ def keep(env: Mapping[str, str] = os.environ) -> None:
     # without Python's finalisation, which would put the default actions back: Hydra's
     # SIGUSR1 at another rank's end would then kill it, a death by a signal again.
     set_name("pmc-keeper")  # not a second copy of the rank's name
-    os._exit(_keeper(pid))
+    status = _keeper(pid)
+    if status is not None and os.WIFSIGNALED(status):
+        _hand_over(env)
+    os._exit(_exit_code(status))
 
 
 def _follow(keeper: int) -> None:
@@ -123,19 +130,20 @@ def _follow(keeper: int) -> None:
         os._exit(128 + signal.SIGKILL)
 
 
-def _keeper(pid: int) -> int:
+def _keeper(pid: int) -> int | None:
     """The parent's whole life: pass signals on to ``pid`` (Hydra's SIGUSR1 as
-    RANK_ENDED), wait for it, return its exit code (128 + the signal that killed it).
-    Every signal it waits for stays blocked: each is taken, with its sender, by
-    ``sigwaitinfo``; the child's end too (SIGCHLD). Until the child is reaped its pid is
-    its own (a zombie keeps it), so nothing is ever sent to another process."""
+    RANK_ENDED), wait for it, return its wait status (None: not its child, what became
+    of the rank is unknown). Every signal it waits for stays blocked: each is taken, with
+    its sender, by ``sigwaitinfo``; the child's end too (SIGCHLD). Until the child is
+    reaped its pid is its own (a zombie keeps it), so nothing is ever sent to another
+    process."""
     while True:
         try:
             reaped, status = os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
-            return ExitCode.FAILED  # not its child: what became of the rank is unknown
+            return None
         if reaped:
-            break
+            return status
         info = signal.sigwaitinfo(_WAITED)
         sig = info.si_signo
         if sig == signal.SIGCHLD:
@@ -146,6 +154,35 @@ def _keeper(pid: int) -> int:
             os.kill(pid, sig)
         except OSError:
             pass
+
+
+def _exit_code(status: int | None) -> int:
+    """The keeper's exit code for the rank's wait ``status``: the rank's own, or 128 +
+    the signal that killed it, as a shell reports it."""
+    if status is None:
+        return ExitCode.FAILED
     if os.WIFSIGNALED(status):
         return 128 + os.WTERMSIG(status)
     return os.WEXITSTATUS(status)
+
+
+def _hand_over(env: Mapping[str, str]) -> None:
+    """The rank was killed, so it never left the launcher's store. Under Hydra, a rank's
+    PMI socket that closes before it left the store ends the job (``-disable-auto-cleanup``:
+    the other ranks are sent SIGUSR1), but only while the process Hydra started is still
+    there: once Hydra has reaped that process's exit, the closed socket is let go and the
+    job runs on (seen: one run in eight on this 2-core machine). So the keeper closes its
+    copy of the socket first (the rank's closed as it died) and waits for Hydra's answer:
+    SIGKILL (the job ends; the keeper with it), SIGUSR1 (the others told), or any other
+    signal; at most HYDRA_ANSWER seconds. Under other launchers it leaves at once."""
+    if not batchsignals.from_hydra(os.getppid()):
+        return
+    try:
+        os.close(int(env["PMI_FD"]))
+    except (KeyError, ValueError, OSError):
+        return
+    deadline = time.monotonic() + HYDRA_ANSWER
+    while (left := deadline - time.monotonic()) > 0:
+        info = signal.sigtimedwait(_WAITED, left)
+        if info is None or info.si_signo != signal.SIGCHLD:
+            return

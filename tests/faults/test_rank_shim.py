@@ -91,6 +91,40 @@ def test_hydras_sigusr1_reaches_the_rank_as_a_rank_end(tmp_path: Path) -> None:
     assert (tmp_path / "term.txt").read_text() == str(int(batchsignals.RANK_ENDED))
 
 
+# A launcher named as Hydra's proxy, with a PMI socket: it starts CHILD as rank 1 (killed
+# at once), reads its end of the socket to EOF, then answers as argv[2] says.
+HYDRA = """
+import os, signal, socket, subprocess, sys
+from pmc.process import set_name
+set_name("hydra_pmi_proxy")
+ours, theirs = socket.socketpair()
+env = dict(os.environ, PMI_RANK="1", PMI_FD=str(theirs.fileno()))
+proc = subprocess.Popen([sys.executable, "-c", sys.argv[1], "kill"], env=env,
+                        pass_fds=[theirs.fileno()])
+theirs.close()
+assert ours.recv(1) == b""
+if os.waitpid(proc.pid, os.WNOHANG)[0]:
+    print("gone -")
+else:
+    os.kill(proc.pid, getattr(signal, sys.argv[2]))
+    print("there", proc.wait())
+"""
+
+
+@pytest.mark.parametrize("answer", ["SIGKILL", "SIGUSR1"])
+def test_killed_rank_closes_pmi_before_its_keeper_exits(tmp_path: Path, answer: str) -> None:
+    """Hydra ends the job when a rank's PMI socket closes unannounced, but only while the
+    process it started is there to end: the keeper of a killed rank closes the socket
+    first and stays until Hydra answers, with SIGKILL (its defaults: the job ends) or
+    SIGUSR1 (-disable-auto-cleanup: the others told, the keeper leaves as the rank did)."""
+    out = subprocess.run([sys.executable, "-c", HYDRA, CHILD, answer], cwd=tmp_path,
+                         env=clean_env(), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    there, code = out.stdout.split()
+    assert there == "there", "the keeper had exited before its socket closed"
+    assert int(code) == (-signal.SIGKILL if answer == "SIGKILL" else 128 + signal.SIGKILL)
+
+
 def test_rank_has_its_own_group_and_dies_with_its_keeper(tmp_path: Path) -> None:
     """Signals to the launched process's group (as Hydra sends them) do not reach the
     rank's group, where a task being started could get them; a SIGKILL of the keeper
