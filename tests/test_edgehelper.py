@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from pmc.dag import DAG, DagError, edgehelper, parse_dag
 from pmc.dag import reader as dagmod
+from pmc.dag.graph import EdgeTally
 
 
 class Helped:
@@ -40,9 +41,9 @@ def helped(monkeypatch: pytest.MonkeyPatch) -> Helped:
     result = edgehelper.EdgeHelper.result
 
     def counted(self: edgehelper.EdgeHelper, lines: int, tasks: int, parents: array[int],
-                children: array[int]) -> bool | None:
+                children: array[int], tally: EdgeTally) -> bool | None:
         before = len(parents)
-        got = result(self, lines, tasks, parents, children)
+        got = result(self, lines, tasks, parents, children, tally)
         if got is None:
             counts.failed += 1
         else:
@@ -279,6 +280,38 @@ def test_no_edges_no_wait(tmp_path: Path, helped: Helped) -> None:
     path = write(tmp_path, "".join(f"TASK t{i} /bin/true\n" for i in range(200)))
     assert len(parse_dag(path)) == 200
     assert helped.edges == helped.failed == helped.alone == 0  # stopped, never asked
+
+
+@pytest.mark.parametrize("late", ["helper first"], indirect=True)
+def test_edges_past_the_pipes_size_by_parent(tmp_path: Path, helped: Helped, late: bool,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """More frames than the pipe holds (every edge the helper's), edges grouped by
+    parent: the same DAG as parsed alone."""
+    monkeypatch.setattr(dagmod, "_CHUNK", 1 << 16)
+    n = 70_000
+    text = "".join(f"TASK t{i} /bin/true\n" for i in range(n))
+    path = write(tmp_path, text + "".join(f"EDGE t{i // 3} t{i}\nEDGE t{i // 2} t{i}\n"
+                                          for i in range(4, n)))
+    got = parse_dag(path)
+    assert shape(got) == shape(alone(path))
+    assert helped.edges == got.edge_count() and helped.edges * 8 > 1 << 20  # a MiB
+
+
+@pytest.mark.parametrize("cut", [1, 4, 5, 9])
+def test_tally_from_the_end_back_is_the_tally_of_all(cut: int) -> None:
+    """Runs counted from the end of the file back count as the whole at once; edges in
+    order within each run but not across a cut are not grouped by parent."""
+    for parents in ([0, 0, 1, 2, 2, 2, 3, 5, 5, 6], [0, 0, 1, 2, 2, 3, 5, 2, 5, 6]):
+        children = [1, 2, 3, 4, 5, 6, 7, 7, 8, 9]
+        whole = EdgeTally(10)
+        whole.add_before(array("I", parents), array("I", children))
+        runs = EdgeTally(10)
+        for a, b in [(cut, 10), (0, cut)]:
+            runs.add_before(array("I", parents[a:b]), array("I", children[a:b]))
+        assert runs.counts == whole.counts and runs.ends == whole.ends
+        assert sorted(runs.several) == sorted(whole.several) == [0, 2, 5]
+        assert runs.ordered == whole.ordered == (parents == sorted(parents))
+        assert runs.edges == whole.edges == 10
 
 
 @settings(max_examples=25, deadline=None)

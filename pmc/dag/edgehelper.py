@@ -24,13 +24,18 @@ parser's ``build_dag`` counts each edge once, whichever process read it.
 
 On its stdin the helper gets the question (``_QUESTION``: the offset of the parser's
 first run holding "EDGE", the tasks it has not indexed); on its stdout it writes the
-answer (an ``_OFFSET``), then a header (``_HEADER``: lines read, TASK records seen,
-edges, whether any edge points backward) and the edges' parents and children in file
-order, as native unsigned 32-bit arrays.
+answer (an ``_OFFSET``), then each run's edges as a frame (``_FRAME``: a count, then the
+parents and the children as native unsigned 32-bit arrays), from the end of the file
+back, and last an ``_END`` frame and a header (``_HEADER``: lines read, TASK records
+seen, edges, whether any edge points backward). The frames go as far as the pipe takes
+them while the helper works, never waiting for the parser: a parser with no EDGE lines
+of its own counts them for ``build_dag`` (``pmc.dag.graph.EdgeTally``) as they come,
+rather than idle until the last.
 """
 
 from __future__ import annotations
 
+import fcntl
 import gc
 import os
 import re
@@ -39,10 +44,12 @@ import struct
 import sys
 import time
 from array import array
+from collections import deque
 from collections.abc import Sequence
 from operator import eq, ge
 from typing import IO
 
+from pmc.dag.graph import EdgeTally
 from pmc.dag.lines import read_runs
 from pmc.dag.model import DagError
 from pmc.errors import ExitCode
@@ -54,7 +61,10 @@ MIN_BYTES = 8 << 20
 
 _QUESTION = struct.Struct("=QQ")
 _OFFSET = struct.Struct("=Q")
+_FRAME = struct.Struct("=Q")
+_END = (1 << 64) - 1  # the frame count that ends the frames
 _HEADER = struct.Struct("=QQQB")
+_PIPE_BYTES = 1 << 20  # the helper's stdout, where the system allows (the default is 64 KiB)
 
 
 class EdgeHelper:
@@ -85,15 +95,16 @@ class EdgeHelper:
             return -1
         return _OFFSET.unpack(answer)[0] if len(answer) == _OFFSET.size else -1
 
-    def result(self, lines: int, tasks: int, parents: array[int],
-               children: array[int]) -> bool | None:
-        """Append the helper's edges to ``parents`` and ``children`` and say whether one
-        points backward; None when it has no edges for a file of ``lines`` lines and
-        ``tasks`` TASK records as the parser read it (the arrays are then spoilt)."""
+    def result(self, lines: int, tasks: int, parents: array[int], children: array[int],
+               tally: EdgeTally) -> bool | None:
+        """Append the helper's edges to ``parents`` and ``children``, counted into
+        ``tally`` as they come, and say whether one points backward; None when it has no
+        edges for a file of ``lines`` lines and ``tasks`` TASK records as the parser read
+        it (the arrays and the tally are then spoilt)."""
         out = self.proc.stdout
         assert out is not None
         with out:
-            backward = _read(out, lines, tasks, parents, children)
+            backward = _read(out, lines, tasks, parents, children, tally)
         return backward if self.proc.wait() == 0 else None
 
     def stop(self) -> None:
@@ -110,20 +121,33 @@ class EdgeHelper:
 
 
 def _read(out: IO[bytes], lines: int, tasks: int, parents: array[int],
-          children: array[int]) -> bool | None:
+          children: array[int], tally: EdgeTally) -> bool | None:
+    runs: list[tuple[array[int], array[int]]] = []  # from the end of the file back
+    try:
+        while len(head := out.read(_FRAME.size)) == _FRAME.size:
+            (n,) = _FRAME.unpack(head)
+            if n == _END:
+                break
+            run = array("I"), array("I")
+            run[0].fromfile(out, n)
+            run[1].fromfile(out, n)
+            tally.add_before(*run)
+            runs.append(run)
+        else:
+            return None
+    except (EOFError, IndexError):  # cut short, or a task id beyond this parse's tasks
+        return None
     header = out.read(_HEADER.size)
-    if len(header) < _HEADER.size:
+    if len(header) < _HEADER.size or out.read(1):
         return None
     nlines, ntasks, nedges, backward = _HEADER.unpack(header)
-    if (nlines, ntasks) != (lines, tasks):
+    if (nlines, ntasks, nedges) != (lines, tasks, tally.edges):
         return None
-    try:
-        # Straight into the arrays: no copy of a few megabytes at the parse's peak.
-        parents.fromfile(out, nedges)
-        children.fromfile(out, nedges)
-    except EOFError:
-        return None
-    return None if out.read(1) else bool(backward)
+    while runs:  # in file order, each let go once copied
+        run_parents, run_children = runs.pop()
+        parents.extend(run_parents)
+        children.extend(run_children)
+    return bool(backward)
 
 
 class _Asked:
@@ -166,6 +190,46 @@ class _Asked:
         self.out.flush()
 
 
+class _Frames:
+    """The helper's stdout after the answer: the frames, each written as far as the pipe
+    takes it while the helper works (it never waits for the parser), the rest at the
+    end."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.pending: deque[memoryview] = deque()
+        try:
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
+        except OSError:
+            pass  # not a pipe, or over the system's limit: the default size
+        os.set_blocking(fd, False)
+
+    def add(self, parents: array[int], children: array[int]) -> None:
+        self.pending.append(memoryview(b"".join((_FRAME.pack(len(parents)), parents,
+                                                 children))))
+        self.pump()
+
+    def pump(self) -> None:
+        pending = self.pending
+        while pending:
+            try:
+                written = os.write(self.fd, pending[0])
+            except BlockingIOError:
+                return
+            if written < len(pending[0]):
+                pending[0] = pending[0][written:]
+                return
+            pending.popleft()
+
+    def end(self, header: bytes) -> None:
+        """The last frames, the end and the header, waiting for the parser to take them."""
+        os.set_blocking(self.fd, True)
+        self.pending.append(memoryview(_FRAME.pack(_END) + header))
+        for data in self.pending:
+            while data:
+                data = data[os.write(self.fd, data):]
+
+
 def resolve(path: str, size: int, chunk: int, asked: _Asked) -> None:
     """Read the task names, resolve EDGE lines from the end back until the answer given
     to the parser, and write them out; raise DagError (or OSError, KeyError) for
@@ -183,18 +247,20 @@ def resolve(path: str, size: int, chunk: int, asked: _Asked) -> None:
             if asked.first_edges >= 0:
                 blocks.append((offset, len(data)))
             if b"TASK" in data:
-                start = time.perf_counter()
+                started = time.perf_counter()
                 ntasks = _names(path, data, index, ntasks)
-                indexing += time.perf_counter() - start
+                indexing += time.perf_counter() - started
             asked.poll(size)
         asked.index_cost = indexing / max(1, ntasks)
         done = size  # the EDGE lines from here on are resolved
         backward = False
-        results: list[tuple[array[int], array[int]]] = []
-        start = time.perf_counter()
+        nedges = 0
+        held: list[tuple[array[int], array[int]]] = []  # resolved before the answer
+        frames: _Frames | None = None
+        started = time.perf_counter()
         for offset, length in reversed(blocks):
             if done < size:
-                asked.rate = (size - done) / (time.perf_counter() - start)
+                asked.rate = (size - done) / (time.perf_counter() - started)
             asked.poll(done)
             if offset < asked.split:
                 break
@@ -202,16 +268,22 @@ def resolve(path: str, size: int, chunk: int, asked: _Asked) -> None:
             if len(data) != length:
                 raise DagError(path, None, "the DAG file changed")
             edges = _edges(path, data, index)
-            results.append(edges)
-            backward = backward or any(map(ge, *edges))
             done = offset
+            if not edges[0]:
+                continue
+            backward = backward or any(map(ge, *edges))
+            nedges += len(edges[0])
+            held.append(edges)
+            if asked.split >= 0:  # answered: from now on each run goes as it is resolved
+                frames = frames or _Frames(asked.out.fileno())
+                for run in held:
+                    frames.add(*run)
+                held.clear()
     asked.poll(done, wait=True)
-    results.reverse()  # in file order
-    out = asked.out
-    out.write(_HEADER.pack(nlines, ntasks, sum(len(p) for p, _ in results), backward))
-    for which in (0, 1):
-        for edges in results:
-            out.write(edges[which])
+    frames = frames or _Frames(asked.out.fileno())
+    for run in held:
+        frames.add(*run)
+    frames.end(_HEADER.pack(nlines, ntasks, nedges, backward))
 
 
 # The helper reads bytes, not text: a name's bytes are as unique as its text, and the

@@ -15,6 +15,45 @@ if TYPE_CHECKING:
     from pmc.dag.arrays import Array
 
 
+class EdgeTally:
+    """What ``build_dag`` counts over the edges, counted run by run as they come (a
+    helper's edges while it sends the rest: ``pmc.dag.edgehelper``): how many parents
+    each task waits for, how many children each has, the parents with several, and
+    whether the edges are grouped by parent in file order. Runs are added from the end of
+    the file back: each run added comes before every edge added so far."""
+
+    __slots__ = ("counts", "edges", "ends", "next_first", "ordered", "several")
+
+    def __init__(self, n: int) -> None:
+        self.counts = array("i", bytes(4 * n))  # each task's parents (each edge)
+        self.ends = array("I", bytes(4 * n))  # each task's children (each edge)
+        self.several = array("I")  # parents with more than one child: only they can repeat one
+        self.ordered = True  # parents in file order never go down
+        self.next_first = -1  # the first parent of the run added last (-1: none yet)
+        self.edges = 0  # edges counted
+
+    def add_before(self, parents: array[int], children: array[int]) -> None:
+        """Count a run of edges that comes before every edge counted so far; IndexError
+        for an id of no task."""
+        if not parents:
+            return
+        counts = self.counts
+        for c in children:
+            counts[c] += 1
+        ends = self.ends
+        several = self.several
+        for p in parents:
+            k = ends[p] + 1
+            ends[p] = k
+            if k == 2:
+                several.append(p)
+        if self.ordered:
+            self.ordered = (self.next_first < 0 or parents[-1] <= self.next_first) and all(
+                map(le, parents, islice(parents, 1, None)))
+        self.next_first = parents[0]
+        self.edges += len(parents)
+
+
 def build_dag(
     path: str,
     tasks: list[Optioned],
@@ -22,12 +61,14 @@ def build_dag(
     edges: list[array[int]],
     backward: bool,
     arrays: dict[str, Array] | None = None,
+    tally: EdgeTally | None = None,
 ) -> DAG:
     """Turn the edge lists into CSR form, each edge once; reject cycles.
 
     ``edges`` holds the parents, the children and the line of each edge, in "I" arrays
     as the reader made them; it is emptied, so that each goes as soon as it is used up
     (the lines at once when no edge points backward: only such can close a cycle).
+    ``tally``: the last edges counted already (``EdgeTally``), the rest counted here.
 
     A repeated EDGE line is accepted, as the reference accepts it, and counts once:
     the child waits for its parent once and runs once. (The reference lists such a
@@ -42,20 +83,19 @@ def build_dag(
     if not backward:
         del edge_lines
     n = len(tasks)
-    counts = array("I", bytes(4 * n))
-    for c in children:
-        counts[c] += 1
-    nparents = _signed(counts)
-    del counts
-    ends = array("I", bytes(4 * n))  # counts, then where each parent's run ends
-    several = array("I")  # parents with more than one child: only they can repeat one
-    for p in parents:
-        k = ends[p] + 1
-        ends[p] = k
-        if k == 2:
-            several.append(p)
-    ends = array("I", accumulate(ends))
-    if all(map(le, parents, islice(parents, 1, None))):
+    if tally is None:
+        tally = EdgeTally(n)
+    if not tally.edges:
+        tally.add_before(parents, children)
+    elif len(parents) > tally.edges:
+        ours = len(parents) - tally.edges
+        tally.add_before(parents[:ours], children[:ours])
+    nparents = tally.counts
+    several = tally.several
+    ends = array("I", accumulate(tally.ends))  # where each parent's run ends
+    ordered = tally.ordered
+    del tally
+    if ordered:
         # Edges already grouped by parent, as generators usually write them.
         by_parent = children
         ends.insert(0, 0)  # the starts

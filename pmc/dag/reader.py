@@ -17,7 +17,7 @@ from typing import BinaryIO, cast
 
 from pmc.dag import arrays as task_arrays
 from pmc.dag import edgehelper
-from pmc.dag.graph import build_dag
+from pmc.dag.graph import EdgeTally, build_dag
 from pmc.dag.lines import edge_ids, is_plain, read_blocks, reason, show, split_fields
 from pmc.dag.model import (
     DAG,
@@ -129,12 +129,14 @@ def _parse(path: str, f: BinaryIO, helper: edgehelper.EdgeHelper | None = None) 
     if split < 0:
         reader.need_index()  # (no EDGE line: the helper was never asked)
     backward = reader.backward
+    tally = None
     if split >= 0:
         assert helper is not None
         # The helper's edges follow every one of ours in the file.
         ours = len(reader.parents)
+        tally = EdgeTally(len(reader.tasks))
         theirs_backward = helper.result(nlines, len(reader.tasks), reader.parents,
-                                        reader.children)
+                                        reader.children, tally)
         if theirs_backward is None:
             raise _HelperFailed
         backward = backward or theirs_backward
@@ -147,7 +149,7 @@ def _parse(path: str, f: BinaryIO, helper: edgehelper.EdgeHelper | None = None) 
     # build_dag lets each of these go once it is used up: nothing else may hold them.
     edges = [reader.parents, reader.children, reader.edge_lines]
     reader.parents = reader.children = reader.edge_lines = array("I")
-    return build_dag(path, reader.tasks, reader.index, edges, backward, reader.arrays)
+    return build_dag(path, reader.tasks, reader.index, edges, backward, reader.arrays, tally)
 
 
 class _Reader:
