@@ -5,6 +5,7 @@
     python benchmarks/firsttask.py --trees old=/tmp/base,new=. --rounds 5
     python benchmarks/firsttask.py --size 10000000 --shapes options --rounds 1 \
         --window 10 --timeout 900 --reference /path/to/pegasus-mpi-cluster   # 10M
+    python benchmarks/firsttask.py --size 1000000,10000000 --shapes options  # both, by turns
 
 Shapes (those of ``benchmarks/scale.py``): "plain" (``TASK t12 /bin/true -n 12``),
 "options" (``TASK t12 -m 1 -c 1 /bin/true arg12``, as planners write them) and "pegasus"
@@ -27,7 +28,10 @@ it moves less than the wall time), and the highest peak RSS (VmHWM, polled every
 20 ms) of the master, of the edge helper and of any other process of the run. With
 ``--window S`` each run goes on for S seconds after its first task, and the tasks started
 in that time (every task adds a byte to a count file) give the throughput at the start;
-the peaks then run to the window's end.
+the peaks then run to the window's end. With several sizes (``--size 1000000,10000000``)
+every round runs each size by turns, each in a directory of its own under the work
+directory, and the medians' ratios are printed: the largest size's against the
+smallest's, taken in the same minutes.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from __future__ import annotations
 import argparse
 import compileall
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -217,7 +222,8 @@ def _launcher_rank(pid: int) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--size", type=int, default=1_000_000, help="tasks (and edges)")
+    p.add_argument("--size", default="1000000",
+                   help="tasks (and edges); several, comma-separated: run by turns")
     p.add_argument("--shapes", default="plain,options,pegasus")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--workers", type=int, default=2)
@@ -243,10 +249,12 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="pmc-first-",
                                                                    dir=shm))
     work.mkdir(parents=True, exist_ok=True)
-    script = work / "stamp.sh"
-    script.write_text(_STAMP_SCRIPT)
-    script.chmod(0o755)
-    stamp = Path(f"{script}.stamp")
+    sizes = [int(size) for size in args.size.split(",")]
+    homes = {size: work / str(size) if len(sizes) > 1 else work for size in sizes}
+    for home in homes.values():
+        home.mkdir(exist_ok=True)
+        (home / "stamp.sh").write_text(_STAMP_SCRIPT)
+        (home / "stamp.sh").chmod(0o755)
     trees = dict(item.split("=", 1) for item in args.trees.split(",") if item)
     runners: dict[str, tuple[list[str], dict[str, str]]] = {}
     for name, tree in trees.items():
@@ -263,31 +271,33 @@ def main(argv: list[str] | None = None) -> int:
         runners["reference"] = ([*launch, "-s", "-o", os.devnull, "-e", os.devnull],
                                 dict(os.environ, **extra))
     print(f"machine: {machine()}")
-    print(f"work dir: {work}; {args.size} tasks + {args.size} local edges "
+    print(f"work dir: {work}; {args.size} tasks + as many local edges "
           f"({args.edge_order} order); {args.rounds} interleaved rounds")
-    results: dict[tuple[str, str], list[dict[str, float]]] = {}
+    results: dict[tuple[int, str, str], list[dict[str, float]]] = {}
     shapes = [s for s in args.shapes.split(",") if s]
-    dags = {shape: write_shape(work, shape, args.size, script,
-                               by_parent=args.edge_order == "by-parent") for shape in shapes}
+    dags = {(size, shape): write_shape(homes[size], shape, size, homes[size] / "stamp.sh",
+                                       by_parent=args.edge_order == "by-parent")
+            for size in sizes for shape in shapes}
     for r in range(args.rounds):
-        for shape in shapes:
+        for (size, shape), dag in dags.items():
             for name, (cmd, env) in runners.items():
-                got = first_task([*cmd, str(dags[shape])], stamp, work, env,
-                                 timeout=args.timeout, window=args.window)
-                results.setdefault((shape, name), []).append(got)
-                print(f"round {r + 1} {shape:8s} {name:10s} first task {got['first_s']:6.2f} s"
-                      f"  cpu {got['cpu_s']:5.2f} s  master {got['master_mb']:4.0f} MB"
+                got = first_task([*cmd, str(dag)], homes[size] / "stamp.sh.stamp",
+                                 homes[size], env, timeout=args.timeout, window=args.window)
+                results.setdefault((size, shape, name), []).append(got)
+                print(f"round {r + 1} {_label(size, sizes)}{shape:8s} {name:10s} first task "
+                      f"{got['first_s']:6.2f} s  cpu {got['cpu_s']:5.2f} s"
+                      f"  master {got['master_mb']:4.0f} MB"
                       f"  helper {got['helper_mb']:4.0f} MB"
                       f"  other {got['other_mb']:4.0f} MB"
                       + (f"  {got['rate']:5.0f} tasks/s" if args.window else ""), flush=True)
                 for suffix in (".rescue", ".resource", ".status.json"):
-                    Path(f"{dags[shape]}{suffix}").unlink(missing_ok=True)
+                    Path(f"{dag}{suffix}").unlink(missing_ok=True)
     parts = []
-    for (shape, name), got in results.items():
+    for (size, shape, name), got in results.items():
         firsts = [g["first_s"] for g in got]
         cpus = [g["cpu_s"] for g in got]
         peak = {k: max(g[f"{k}_mb"] for g in got) for k in ("master", "helper", "other")}
-        line = (f"{shape} {name}: first task median {median(firsts):.2f} s "
+        line = (f"{_label(size, sizes)}{shape} {name}: first task median {median(firsts):.2f} s "
                 f"({min(firsts):.2f}-{max(firsts):.2f}), cpu median {median(cpus):.2f} s "
                 f"({min(cpus):.2f}-{max(cpus):.2f}), peak master {peak['master']:.0f} MB, "
                 f"helper {peak['helper']:.0f} MB, other {peak['other']:.0f} MB")
@@ -296,12 +306,24 @@ def main(argv: list[str] | None = None) -> int:
             line += f", {median(rates):.0f} tasks/s in the first {args.window:g} s"
         print(line)
         parts.append(line)
+    if len(sizes) > 1:
+        big, small = max(sizes), min(sizes)
+        for shape in shapes:
+            for name in runners:
+                ratio = (median([g["first_s"] for g in results[big, shape, name]])
+                         / median([g["first_s"] for g in results[small, shape, name]]))
+                line = f"{shape} {name}: first task {big} / {small}: {ratio:.1f}x"
+                print(line)
+                parts.append(line)
     print("SUMMARY firsttask: " + "; ".join(parts))
     if not args.keep:
-        for path in work.iterdir():
-            path.unlink()
-        work.rmdir()
+        shutil.rmtree(work)
     return 0
+
+
+def _label(size: int, sizes: list[int]) -> str:
+    """The size in a line of results, where there are several."""
+    return f"{size:>9d} " if len(sizes) > 1 else ""
 
 
 if __name__ == "__main__":

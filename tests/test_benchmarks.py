@@ -100,6 +100,20 @@ def test_firsttask_window_counts_the_tasks_started(tmp_path: Path) -> None:
     assert (tmp_path / "stamp.sh.count").stat().st_size >= 1
 
 
+def test_firsttask_sizes_by_turns(tmp_path: Path) -> None:
+    """Two sizes in one run: each in its own directory, every round both, and the ratio
+    of the medians."""
+    out = run("firsttask.py", "--size", "200,400", "--rounds", "2", "--shapes", "options",
+              "--keep", str(tmp_path), tmp_path=tmp_path)
+    assert re.search(r"options pmc: first task 400 / 200: \d+\.\dx", out), out
+    rounds = re.findall(r"^round (\d) +(\d+) options", out, re.M)
+    assert rounds == [("1", "200"), ("1", "400"), ("2", "200"), ("2", "400")], out
+    for size in (200, 400):
+        dag = (tmp_path / str(size) / f"first-options-{size}.dag").read_text()
+        assert dag.count("\nTASK ") + 1 == size
+        assert f"{tmp_path / str(size) / 'stamp.sh'} arg" in dag
+
+
 def test_idle_smoke(tmp_path: Path) -> None:
     out = run("idle.py", "--tasks", "6", "--sleep", "3", "--window", "0.5", "--modes",
               "local", "--keep", str(tmp_path), tmp_path=tmp_path)
