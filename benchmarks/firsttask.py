@@ -108,10 +108,13 @@ def first_task(argv: list[str], stamp: Path, cwd: Path, env: dict[str, str],
     first = cpu = 0.0
     peaks = {"master": 0.0, "helper": 0.0, "other": 0.0}
     token = str(time.time_ns())
+    shm_before = _shm_segments()
+    errors = cwd / "firsttask.stderr"
     t0 = time.time()
-    proc = subprocess.Popen(argv, cwd=cwd, env=dict(env, FIRSTTASK_RUN=token),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    with errors.open("wb") as stderr:
+        proc = subprocess.Popen(argv, cwd=cwd, env=dict(env, FIRSTTASK_RUN=token),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=stderr, start_new_session=True)
     seen: set[int] = set()
     ticks: dict[int, int] = {}  # cpu of each process of the run, last seen
     master = -1
@@ -122,7 +125,8 @@ def first_task(argv: list[str], stamp: Path, cwd: Path, env: dict[str, str],
                     cpu = sum(ticks.values()) / TICK  # a task started as the run ended
                 if first:
                     break  # the run ended inside the window: every task it started counts
-                raise RuntimeError(f"exit {proc.returncode} before a task started: {argv}")
+                raise RuntimeError(f"exit {proc.returncode} before a task started: {argv}:\n"
+                                   + errors.read_text(errors="replace")[-2000:])
             if not first and time.time() - t0 > timeout:
                 raise RuntimeError(f"no task started in {timeout} s: {argv}")
             if master < 0:
@@ -168,6 +172,34 @@ def first_task(argv: list[str], stamp: Path, cwd: Path, env: dict[str, str],
         while time.time() < end and any(Path(f"/proc/{pid}").exists()
                                         and _state(pid) != "Z" for pid in seen):
             time.sleep(0.05)
+        # What MPI's shared memory left behind the killed run (Open MPI's and MPICH's
+        # segments are removed at a normal end only), else they pile up in /dev/shm:
+        # those that appeared meanwhile and that no process has mapped.
+        left = _shm_segments() - shm_before
+        if left:
+            for path in left - _mapped():
+                path.unlink(missing_ok=True)
+
+
+def _shm_segments() -> set[Path]:
+    """MPI's shared-memory segments in /dev/shm (Open MPI's vader, MPICH's)."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir():
+        return set()
+    return set(shm.glob("vader_segment.*")) | set(shm.glob("mpich_shm_*"))
+
+
+def _mapped() -> set[Path]:
+    """The files under /dev/shm that some process has mapped."""
+    mapped = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            text = maps.read_text()
+        except OSError:
+            continue  # gone, or not ours to read
+        mapped.update(Path(line.split(None, 5)[5]) for line in text.splitlines()
+                      if " /dev/shm/" in line and len(line.split(None, 5)) == 6)
+    return mapped
 
 
 def _first_stamp(stamp: Path, token: str) -> float:
