@@ -171,7 +171,7 @@ def _hand_over(env: Mapping[str, str]) -> None:
     PMI socket that closes before it left the store ends the job (``-disable-auto-cleanup``:
     the other ranks are sent SIGUSR1), but only while the process Hydra started is still
     there: once Hydra has reaped that process's exit, the closed socket is let go and the
-    job runs on (seen: one run in eight on this 2-core machine). So the keeper closes its
+    job runs on (seen: one run in 5 to 8 on a 2-core machine). So the keeper closes its
     copy of the socket first (the rank's closed as it died) and waits for Hydra's answer:
     SIGKILL (the job ends; the keeper with it), SIGUSR1 (the others told), or any other
     signal; at most HYDRA_ANSWER seconds. Under other launchers it leaves at once."""
