@@ -92,12 +92,13 @@ def test_everything_stays_in_the_jobs_session(tmp_path: Path) -> None:
             tree = _tree(proc.pid)
             tasks = [p for p in tree if "while [ ! -e release ]" in _cmdline(p)
                      and _stat(p) is not None and _stat(p)[1] == p]  # type: ignore[index]
-            if len(tasks) == 2 or time.monotonic() > deadline:
+            # A worker starts its guard just after its first task: both, or wait.
+            guards = [p for p in tree if "pmc/runtime/guard.py" in _cmdline(p)]
+            if len(tasks) == len(guards) == 2 or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
         assert len(tasks) == 2, (tmp_path / "run.out").read_text()
         workers = [p for p in tree if tree[p][0] == proc.pid and comm(p).startswith("pmc-worker-")]
-        guards = [p for p in tree if "pmc/runtime/guard.py" in _cmdline(p)]
         service = [int(p) for p in os.listdir("/proc") if p.isdigit()
                    and tag in _cmdline(int(p))]
         assert len(workers) == 2 and len(guards) == 2 and len(service) == 1, tree
