@@ -61,7 +61,7 @@ def pmc(args: Sequence[str], cwd: Path, *, timeout: float = 120, env: dict[str, 
     """``python -m pmc ARGS`` in cwd."""
     return subprocess.run(
         [sys.executable, "-m", "pmc", *args], cwd=cwd, env=env or clean_env(),
-        capture_output=True, text=True, timeout=timeout,
+        capture_output=True, text=input is None, timeout=timeout, input=input,
     )
 
 

@@ -157,6 +157,20 @@ def test_task_environment(launch, tmp_path: Path) -> None:
     assert "PMC_AFFINITY" not in env
 
 
+def test_tasks_read_nothing_from_stdin(tmp_path: Path) -> None:
+    # Each task's stdin is /dev/null, read-only, whatever pmc's own stdin holds; a task
+    # with -f pipes (more file actions at its start) too.
+    script = 'echo "$(readlink /proc/self/fd/0) [$(cat)]"; echo x 2>/dev/null >&0 || echo ro'
+    dag = write_dag(tmp_path / "w.dag", "".join(
+        f"TASK t{i} {opt}/bin/sh -c '{script}'\n"
+        for i, opt in enumerate(["", "-f P=p.out ", ""])))
+    r = pmc(["run", dag.name, "--local", "--workers", "1"], tmp_path, input=b"typed\n" * 999)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.decode()
+    assert out.count("/dev/null []\nro\n") == 3, out
+    assert "typed" not in out
+
+
 @pytest.mark.parametrize("pythonpath", [None, "/nonexistent/pmc-test-path"])
 def test_tasks_get_the_users_environment_unchanged(tmp_path: Path,
                                                    pythonpath: str | None) -> None:

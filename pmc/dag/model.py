@@ -381,8 +381,8 @@ class DAG:
     each join the array's join placeholder; ``index`` holds no member (a member's id is
     found by arithmetic, ``id_of``). ``len(dag)`` counts ids, ``ntasks`` the tasks."""
 
-    __slots__ = ("_index", "arrays", "child_list", "child_start", "nparents", "path",
-                 "tasks")
+    __slots__ = ("_index", "arrays", "child_list", "child_start", "made", "nparents",
+                 "path", "tasks")
 
     def __init__(
         self,
@@ -396,6 +396,11 @@ class DAG:
     ) -> None:
         self.path = path
         self.tasks = tasks
+        # ``tasks``, read where every id is known to hold its Task: a plain task's, and
+        # an array member's from the moment it is taken to run until its last try has
+        # ended (``pmc.runtime.placement``, the master's ``complete``). The same list,
+        # an attribute: the master reads it several times a task.
+        self.made = cast(list[Task], tasks)
         self._index = index
         self.child_start = child_start  # len(tasks) + 1 offsets into child_list
         self.child_list = child_list
@@ -424,13 +429,6 @@ class DAG:
 
     def edge_count(self) -> int:
         return len(self.child_list)
-
-    @property
-    def made(self) -> list[Task]:
-        """``tasks``, read where every id is known to hold its Task: a plain task's, and
-        an array member's from the moment it is taken to run until its last try has
-        ended (``pmc.runtime.placement``, the master's ``complete``)."""
-        return self.tasks  # type: ignore[return-value]
 
     def task(self, task_id: int) -> Task:
         """The Task of an id: an array member not made yet is made (and not kept)."""

@@ -350,15 +350,16 @@ class Placer:
     def spec(self, task_id: int, affinity: tuple[int, ...] | None, after: int = -1,
              grant: Grant | None = None, gpus: tuple[str, ...] | None = None) -> TaskSpec:
         task = self.dag.made[task_id]
+        o = options_of(task)  # once, not a property a field
         hosts = None
         if grant is not None:
             gpus = grant.gpus
-            if task.ranks > 1:
+            if o.ranks > 1:
                 hosts = grant.hosts()
-        return TaskSpec(task_id, task.name, task.command, task.cpus, task.memory,
-                        self.engine.attempts[task_id], task.pipe_forwards, task.file_forwards,
-                        task.pegasus_id, affinity, after, task.expected_runtime, gpus, hosts,
-                        task.env, task.outputs)
+        return TaskSpec(task_id, task.name, task.command, o.cpus, o.memory,
+                        self.engine.attempts[task_id], o.pipe_forwards, o.file_forwards,
+                        task.pegasus_id, affinity, after, o.expected_runtime, gpus, hosts,
+                        task.env, o.outputs)
 
     def dispatched(self, task_id: int, worker: Worker) -> None:
         """A try is the worker's: sent to start now, or promoted in its predecessor's

@@ -345,7 +345,7 @@ class Worker:
         """Does a running task lack a successor (or none run)? Then the master must hear
         of finished tasks now, to send more work in time."""
         successors = self.successors
-        return not successors or any(t not in successors for t in self.running_ids)
+        return not successors or not successors.keys() >= self.running_ids
 
 
 def run(transport: Transport) -> int:
