@@ -114,6 +114,18 @@ def test_firsttask_sizes_by_turns(tmp_path: Path) -> None:
         assert f"{tmp_path / str(size) / 'stamp.sh'} arg" in dag
 
 
+def test_owncpu_checkouts_by_turns(tmp_path: Path) -> None:
+    """Each round runs every checkout, in the reverse order of the round before; the
+    summary compares them."""
+    repo = BENCH.parent
+    out = run("owncpu.py", "--tasks", "40", "--rounds", "2", "--trees",
+              f"one={repo},two={repo}", "--keep", str(tmp_path), tmp_path=tmp_path)
+    rounds = re.findall(r"^round (\d): +(\w+) own cpu +\d+ µs/task \(master \d+, "
+                        r"workers \d+, guards \d+\) +\d+ tasks/s$", out, re.M)
+    assert rounds == [("1", "one"), ("1", "two"), ("2", "two"), ("2", "one")], out
+    assert re.search(r"two \d+ µs \(.*\), less than one in [012] of 2 rounds$", out), out
+
+
 def test_idle_smoke(tmp_path: Path) -> None:
     out = run("idle.py", "--tasks", "6", "--sleep", "3", "--window", "0.5", "--modes",
               "local", "--keep", str(tmp_path), tmp_path=tmp_path)

@@ -88,9 +88,6 @@ class Chains:
         # are dropped when they come first.
         self._open: list[dict[Kind, list[tuple[float, int, int]]]] = [
             {} for _ in range(PREFETCH_DEPTH)]
-        # Bit d set: ``_open[d]`` may hold entries. The shallowest is found by bit
-        # arithmetic, not by looking at each depth (chains 32 deep: 31 empty depths).
-        self._filled = 0
         # Where runtimes are expected: the seconds each running or queued task is expected
         # to take, and when each is expected to end (the callers' clock).
         self._takes: dict[int, float] = {}
@@ -112,12 +109,10 @@ class Chains:
         kinds = self._kind
         ends = self._ends
         opened = self._open
-        filled = self._filled & ((1 << self.limit) - 1)
-        while filled:
-            low = filled & -filled
-            filled ^= low
-            depth = low.bit_length() - 1
+        for depth in range(self.limit):
             by_kind = opened[depth]
+            if not by_kind:
+                continue
             best: tuple[float, int, int] | None = None
             spent: list[Kind] = []
             for kind, entries in by_kind.items():
@@ -135,9 +130,7 @@ class Chains:
                 else:
                     spent.append(kind)
             for kind in spent:
-                del by_kind[kind]
-            if not by_kind:
-                self._filled &= ~low  # so that a depth with no chain is passed at once
+                del by_kind[kind]  # so that a depth with no chain is passed at once
             if best is not None:
                 return best[2]
         return -1
@@ -151,7 +144,6 @@ class Chains:
                 heapq.heappush(self._open[depth].setdefault(kind, []),
                                (self._ends.get(task_id, 0.0), self._order, task_id))
                 self._order += 1
-                self._filled |= 1 << depth
 
     def holder(self, task_id: int) -> tuple[Worker, Affinity]:
         """The worker a running or queued task is on, and the running task's cpu set."""
@@ -245,19 +237,15 @@ class Chains:
         self._recalling.discard(succ)
         self.running[succ] = (worker, None)
         self.unstarted.add(succ)
-        takes, ends, after_of = self._takes, self._ends, self._next
+        takes, ends = self._takes, self._ends
         end = succ
-        if takes:  # when the chain's tasks are now expected to end
-            if succ in takes:
-                ends[succ] = now + takes[succ]
-            while end in after_of:
-                after = after_of[end]
-                if end in ends and after in takes:
-                    ends[after] = ends[end] + takes[after]
-                end = after
-        else:  # to the chain's last task
-            while end in after_of:
-                end = after_of[end]
+        if succ in takes:  # when the chain's tasks are now expected to end
+            ends[succ] = now + takes[succ]
+        while end in self._next:
+            after = self._next[end]
+            if end in ends and after in takes:
+                ends[after] = ends[end] + takes[after]
+            end = after
         if end in self._tails:
             self._set_tail(end, self._tails[end] - 1)  # the chain moved up by one
         return succ
@@ -344,7 +332,6 @@ class Chains:
         self._ends.clear()
         for by_kind in self._open:
             by_kind.clear()
-        self._filled = 0
         return tasks
 
     def _forget(self, task_id: int) -> None:

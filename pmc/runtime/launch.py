@@ -120,12 +120,9 @@ class Launcher:
                  send: Callable[[protocol.Message], None]) -> None:
         self.cfg = config
         self.rank = rank
+        self.host_rank = 0
         self.hostname = hostname
         self.base_env = env
-        # Every task's environment begins as this copy: the worker's, with what is the
-        # same for all its tasks (set again with the host rank).
-        self.fixed_env: dict[str, str] = {}
-        self.host_rank = 0
         self.send = send  # to the master: spilled pipe data, before the result
         self.poller = Poller()
         self.running: dict[int, Running] = {}  # pid -> Running
@@ -162,16 +159,6 @@ class Launcher:
             if d:  # removed by the guard should this worker be killed
                 self.guard.announce(b"c%s\n" % d.encode())
         self.guard.flush()  # the only lines: the tasks' groups go in the guard's table
-
-    @property
-    def host_rank(self) -> int:
-        return self._host_rank
-
-    @host_rank.setter
-    def host_rank(self, value: int) -> None:
-        self._host_rank = value
-        self.fixed_env = dict(self.base_env, PMC_RANK=str(self.rank),
-                              PMC_HOST_RANK=str(value))
 
     # -- launching -------------------------------------------------------------------
 
@@ -233,10 +220,12 @@ class Launcher:
 
     def task_env(self, spec: TaskSpec) -> dict[str, str]:
         """The task's environment: the worker's, with what pmc tells each task."""
-        env = self.fixed_env.copy()
+        env = self.base_env.copy()
         env["PMC_TASK"] = spec.name
         env["PMC_MEMORY"] = str(spec.memory)
         env["PMC_CPUS"] = str(spec.cpus)
+        env["PMC_RANK"] = str(self.rank)
+        env["PMC_HOST_RANK"] = str(self.host_rank)
         if spec.env:  # an array member's index and value (pmc extension)
             env.update(spec.env)
         if spec.affinity:

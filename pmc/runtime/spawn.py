@@ -19,23 +19,7 @@ if TYPE_CHECKING:
 # Reset to their defaults in every task: the worker ignores SIGTTOU (see Worker) and
 # catches SIGTERM and SIGINT; Python ignores SIGPIPE.
 _TASK_SIGDEF = (signal.SIGPIPE, signal.SIGTERM, signal.SIGINT, signal.SIGTTOU)
-# The tasks' stdin: /dev/null, opened once (a dup2 in the child, where opening it there
-# would walk the path and allocate a file for every task), and the file actions of the
-# last output files (each worker has one pair, but for per-task files).
-_stdin: list[int] = []
-_actions: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
-
-
-def _stdio_actions(out_fd: int, err_fd: int) -> list[tuple[int, int, int]]:
-    actions = _actions.get((out_fd, err_fd))
-    if actions is None:
-        if not _stdin:
-            _stdin.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
-        actions = [(os.POSIX_SPAWN_DUP2, _stdin[0], 0), (os.POSIX_SPAWN_DUP2, out_fd, 1),
-                   (os.POSIX_SPAWN_DUP2, err_fd, 2)]
-        _actions.clear()
-        _actions[(out_fd, err_fd)] = actions
-    return actions
+_STDIN = (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)
 
 
 def spawn(spec: TaskSpec, path: str | None, argv: list[str], env: dict[str, str],
@@ -55,9 +39,9 @@ def spawn(spec: TaskSpec, path: str | None, argv: list[str], env: dict[str, str]
             process_group=0, preexec_fn=_limits(spec, bind, rlimit, moves),
         )
         return popen.pid, popen
-    actions = _stdio_actions(out_fd, err_fd)
+    actions = [_STDIN, (os.POSIX_SPAWN_DUP2, out_fd, 1), (os.POSIX_SPAWN_DUP2, err_fd, 2)]
     if moves:  # -f pipes' write ends, into place
-        actions = actions + [(os.POSIX_SPAWN_DUP2, high, target) for high, target in moves]
+        actions += [(os.POSIX_SPAWN_DUP2, high, target) for high, target in moves]
     pid = (os.posix_spawnp if path is None else os.posix_spawn)(
         argv[0] if path is None else path, argv, env,
         file_actions=actions,
