@@ -57,11 +57,11 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def pmc(args: Sequence[str], cwd: Path, *, timeout: float = 120, env: dict[str, str] | None = None,
-        input: bytes | None = None) -> subprocess.CompletedProcess[str]:
+        input: str | None = None) -> subprocess.CompletedProcess[str]:
     """``python -m pmc ARGS`` in cwd."""
     return subprocess.run(
         [sys.executable, "-m", "pmc", *args], cwd=cwd, env=env or clean_env(),
-        capture_output=True, text=input is None, timeout=timeout, input=input,
+        capture_output=True, text=True, timeout=timeout, input=input,
     )
 
 

@@ -164,11 +164,10 @@ def test_tasks_read_nothing_from_stdin(tmp_path: Path) -> None:
     dag = write_dag(tmp_path / "w.dag", "".join(
         f"TASK t{i} {opt}/bin/sh -c '{script}'\n"
         for i, opt in enumerate(["", "-f P=p.out ", ""])))
-    r = pmc(["run", dag.name, "--local", "--workers", "1"], tmp_path, input=b"typed\n" * 999)
+    r = pmc(["run", dag.name, "--local", "--workers", "1"], tmp_path, input="typed\n" * 999)
     assert r.returncode == 0, r.stderr
-    out = r.stdout.decode()
-    assert out.count("/dev/null []\nro\n") == 3, out
-    assert "typed" not in out
+    assert r.stdout.count("/dev/null []\nro\n") == 3, r.stdout
+    assert "typed" not in r.stdout
 
 
 @pytest.mark.parametrize("pythonpath", [None, "/nonexistent/pmc-test-path"])

@@ -350,7 +350,7 @@ class Placer:
     def spec(self, task_id: int, affinity: tuple[int, ...] | None, after: int = -1,
              grant: Grant | None = None, gpus: tuple[str, ...] | None = None) -> TaskSpec:
         task = self.dag.made[task_id]
-        o = options_of(task)  # once, not a property a field
+        o = options_of(task)  # read once: each of a Task's options is a property over it
         hosts = None
         if grant is not None:
             gpus = grant.gpus
