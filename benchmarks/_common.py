@@ -132,7 +132,7 @@ def write_big(path: Path, n: int, edges: int, local: bool, seed: int = 1,
 
 # -- running pmc -----------------------------------------------------------------------------
 
-_SUMMARY = re.compile(r"\[cluster-summary stat=\"(\w+)\", tasks=(\d+), submitted=(\d+), "
+SUMMARY = re.compile(r"\[cluster-summary stat=\"(\w+)\", tasks=(\d+), submitted=(\d+), "
                       r"succeeded=(\d+), failed=(\d+).*?duration=([0-9.]+)")
 
 
@@ -176,15 +176,27 @@ def pmc_env(tree: Path = REPO) -> dict[str, str]:
     return env
 
 
+def clear_run_files(dag: Path | str) -> None:
+    """Remove what a run of ``dag`` leaves beside it (rescue log, resource log, status):
+    the next run starts afresh."""
+    for suffix in (".rescue", ".resource", ".status.json"):
+        Path(f"{dag}{suffix}").unlink(missing_ok=True)
+
+
+def parse_trees(text: str | None) -> list[tuple[str, Path]]:
+    """``--trees NAME=CHECKOUT,...`` as (name, checkout) pairs; this checkout, named
+    "", when not given."""
+    if not text:
+        return [("", REPO)]
+    return [(name, Path(path).resolve()) for name, path in
+            (t.split("=", 1) for t in text.split(","))]
+
+
 def run_pmc(dag: Path, mode: str, workers: int, extra: Sequence[str] = (),
             slots: int = 1, timeout: float = 3600, tree: Path = REPO) -> PmcRun:
     """One run of ``pmc run`` (``tree``'s) on a fresh rescue log; the summary record
     gives the rate."""
-    for suffix in (".rescue", ".resource", ".status.json"):
-        try:
-            os.unlink(f"{dag}{suffix}")
-        except FileNotFoundError:
-            pass
+    clear_run_files(dag)
     args = ["run", str(dag), "-q", "-s", "-o", os.devnull, *extra]
     if slots != 1:
         args += ["--worker-slots", str(slots)]
@@ -208,7 +220,7 @@ def run_pmc(dag: Path, mode: str, workers: int, extra: Sequence[str] = (),
                           cwd=dag.parent, env=pmc_env(tree), timeout=timeout, check=False)
     cpu = children_cpu() - c0
     wall = time.monotonic() - t0
-    m = _SUMMARY.search(proc.stdout)
+    m = SUMMARY.search(proc.stdout)
     if proc.returncode != 0 or m is None:
         raise RuntimeError(f"pmc failed ({proc.returncode}): {' '.join(cmd)}\n"
                            f"{proc.stdout[-3000:]}")

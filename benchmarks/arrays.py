@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -34,10 +33,19 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import PYTHON, REPO, cmdline, descendants, hwm_mb, machine, median, pmc_env
+from _common import (
+    PYTHON,
+    REPO,
+    SUMMARY,
+    clear_run_files,
+    cmdline,
+    descendants,
+    hwm_mb,
+    machine,
+    median,
+    pmc_env,
+)
 
-_SUMMARY = re.compile(r"\[cluster-summary stat=\"(\w+)\", tasks=(\d+), submitted=(\d+), "
-                      r"succeeded=(\d+), failed=(\d+), .*?duration=([\d.]+)")
 KINDS = ("array", "plain")
 
 
@@ -80,8 +88,7 @@ def _peaks(master: int, peaks: dict[str, float]) -> None:
 def run(dag: Path, workers: int, env: dict[str, str], first_only: bool,
         timeout: float) -> dict[str, float]:
     """One run (or its start, with ``first_only``): its figures, by name."""
-    for suffix in (".rescue", ".resource", ".status.json"):
-        Path(f"{dag}{suffix}").unlink(missing_ok=True)
+    clear_run_files(dag)
     rescue = Path(f"{dag}.rescue")
     cmd = [PYTHON, "-m", "pmc", "run", "--local", "--workers", str(workers), "-s",
            "-o", os.devnull, "-e", os.devnull, str(dag)]
@@ -118,7 +125,7 @@ def run(dag: Path, workers: int, env: dict[str, str], first_only: bool,
         out.seek(0)
         text = out.read().decode(errors="replace")
         err.seek(0)
-        m = _SUMMARY.search(text)
+        m = SUMMARY.search(text)
         if status != 0 or m is None:
             raise RuntimeError(f"pmc failed ({status}): {' '.join(cmd)}\n{text[-2000:]}"
                                f"{err.read().decode(errors='replace')[-2000:]}")

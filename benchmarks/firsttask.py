@@ -50,6 +50,7 @@ from pathlib import Path
 from _common import (
     PYTHON,
     TICK,
+    clear_run_files,
     cmdline,
     cpu_ticks,
     descendants,
@@ -322,8 +323,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"  helper {got['helper_mb']:4.0f} MB"
                       f"  other {got['other_mb']:4.0f} MB"
                       + (f"  {got['rate']:5.0f} tasks/s" if args.window else ""), flush=True)
-                for suffix in (".rescue", ".resource", ".status.json"):
-                    Path(f"{dag}{suffix}").unlink(missing_ok=True)
+                clear_run_files(dag)
     parts = []
     for (size, shape, name), got in results.items():
         firsts = [g["first_s"] for g in got]

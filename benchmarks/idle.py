@@ -25,6 +25,7 @@ from _common import (
     PYTHON,
     TICK,
     children_of,
+    clear_run_files,
     cmdline,
     cpu_ticks,
     machine,
@@ -99,11 +100,7 @@ def one(mode: str, work: Path, n: int, workers: int, sleep: float, window: float
     dag = work / f"idle-{mode}.dag"
     with open(dag, "w") as f:
         f.writelines(f"TASK s{i} sleep {sleep:g}\n" for i in range(n))
-    for suffix in (".rescue", ".resource", ".status.json"):
-        try:
-            os.unlink(f"{dag}{suffix}")
-        except FileNotFoundError:
-            pass
+    clear_run_files(dag)
     slots = -(-n // workers)
     args = ["run", str(dag), "-q", "-s", "-o", os.devnull, "--worker-slots", str(slots),
             "--host-cpus", str(slots * workers)]

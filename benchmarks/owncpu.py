@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import subprocess
 import sys
 import time
@@ -28,22 +27,23 @@ from pathlib import Path
 
 from _common import (
     PYTHON,
-    REPO,
+    SUMMARY,
+    TICK,
     children_of,
+    clear_run_files,
     cmdline,
     cpu_ticks,
     machine,
     median,
     parent_of,
+    parse_trees,
     pmc_env,
     workdir,
     write_independent,
 )
 
-TICK = os.sysconf("SC_CLK_TCK")
 FIND = 1.5  # seconds of a run during which its processes are looked for
 LOOK = 0.02  # seconds between two readings
-_DURATION = re.compile(r"\[cluster-summary .*?duration=([0-9.]+)")
 
 
 def role(pid: int, root: int) -> str | None:
@@ -101,33 +101,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=12)
     p.add_argument("--keep", metavar="DIR", help="work here (kept) instead of a temp dir")
     args = p.parse_args(argv)
-    trees = [("this", REPO)]
-    if args.trees:
-        trees = [(name, Path(path).resolve()) for name, path in
-                 (t.split("=", 1) for t in args.trees.split(","))]
+    trees = [(name or "this", tree) for name, tree in parse_trees(args.trees)]
     work = workdir(args.keep)
     dag = work / "owncpu.dag"
     write_independent(dag, args.tasks)
     print(f"machine: {machine()}")
     print(f"{args.tasks} /bin/true, pmc run --workers {args.workers}; checkouts: "
           + ", ".join(f"{name}={tree}" for name, tree in trees))
-    own: dict[str, list[float]] = {name: [] for name, _ in trees}
     parts: dict[str, list[dict[str, float]]] = {name: [] for name, _ in trees}
     for rnd in range(1, args.rounds + 1):
         for name, tree in trees if rnd % 2 else trees[::-1]:
-            for suffix in (".rescue", ".resource", ".status.json"):
-                Path(f"{dag}{suffix}").unlink(missing_ok=True)
+            clear_run_files(dag)
             cmd = [PYTHON, "-m", "pmc", "run", dag.name, "-q", "-s", "-o", os.devnull,
                    "--local", "--workers", str(args.workers)]
             seconds, out = watch(cmd, work, pmc_env(tree))
-            m = _DURATION.search(out)
-            rate = args.tasks / float(m.group(1)) if m else 0.0
+            m = SUMMARY.search(out)
+            rate = args.tasks / float(m.group(6)) if m else 0.0
             per = {k: v / args.tasks * 1e6 for k, v in seconds.items()}
-            own[name].append(sum(per.values()))
             parts[name].append(per)
-            print(f"round {rnd}: {name:>8} own cpu {own[name][-1]:4.0f} µs/task (master "
+            print(f"round {rnd}: {name:>8} own cpu {sum(per.values()):4.0f} µs/task (master "
                   f"{per['master']:.0f}, workers {per['workers']:.0f}, guards "
                   f"{per['guards']:.0f})  {rate:5.0f} tasks/s", flush=True)
+    own = {name: [sum(p.values()) for p in runs] for name, runs in parts.items()}
     first = trees[0][0]
     summary = []
     for name, _ in trees:

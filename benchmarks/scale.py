@@ -50,7 +50,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import PYTHON, children_cpu, machine, pmc_env, write_big
+from _common import PYTHON, children_cpu, clear_run_files, machine, pmc_env, write_big
 
 HERE = Path(__file__).resolve().parent
 
@@ -250,11 +250,7 @@ def cluster_main(args: argparse.Namespace) -> int:
                 print(f"{name:6s} {w:8d} {r['hosts']:6d} {w * slots:8d} "
                       f"{r['start_cpu_s']:11.2f} {r['run_wall_s']:7.1f} "
                       f"{r['us_per_task']:8.1f} {r['peak_mb']:8.0f}", flush=True)
-                for suffix in (".rescue", ".resource", ".status.json"):
-                    try:
-                        os.unlink(f"{dag}{suffix}")
-                    except FileNotFoundError:
-                        pass
+                clear_run_files(dag)
     if not args.keep:
         dag.unlink()
         try:

@@ -41,12 +41,12 @@ from pathlib import Path
 
 from _common import (
     NCSA_LAYERS,
-    REPO,
     Floor,
     PmcRun,
     machine,
     median,
     mpi_control,
+    parse_trees,
     run_pmc,
     scaled_layers,
     workdir,
@@ -86,10 +86,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="run each case with each checkout's pmc, by turns (default: this "
                    "checkout's)")
     args = p.parse_args(argv)
-    trees = [("", REPO)]
-    if args.trees:
-        trees = [(f"{name}:", Path(path).resolve()) for name, path in
-                 (t.split("=", 1) for t in args.trees.split(","))]
+    trees = [(f"{name}:" if name else "", tree) for name, tree in parse_trees(args.trees)]
 
     work = workdir(args.keep)
     floor = Floor(work)
