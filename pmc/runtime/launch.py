@@ -4,11 +4,11 @@ the kill of their process groups, and each try's result.
 Tasks are started with ``posix_spawn`` (no Python between fork and exec) in their own
 process group, stdout/stderr straight into the worker's output files (or the per-task
 files), so task output never passes through Python. Only tasks that need an address-space
-limit or a cpu binding take the slower path with a ``preexec_fn``. A running task's exit
-is in the worker's poller (a pidfd) when the worker waits there (``Launcher.wait``), as
-are its -f pipes' read ends (``pmc.runtime.taskio``). Every task's process group is held
-in the guard's table (``pmc.runtime.guard``) while it runs: the guard kills what is left
-should the worker die.
+limit or a cpu binding take the slower path with a ``preexec_fn``. Each running task
+holds a pidfd in the worker's poller (readable when it exits); its -f pipes' read ends
+are there too (``pmc.runtime.taskio``). Every task's process group is held in the
+guard's table (``pmc.runtime.guard``) while it runs: the guard kills what is left should
+the worker die.
 """
 
 from __future__ import annotations
@@ -127,8 +127,6 @@ class Launcher:
         self.poller = Poller()
         self.running: dict[int, Running] = {}  # pid -> Running
         self.running_ids: set[int] = set()  # task ids of self.running
-        # Running tasks with no pidfd yet (none if waited for in pmc.runtime.exitwait).
-        self.unwatched: dict[int, Running] = {}
         self.results: list[TaskResult] = []
         # Tasks started since the last message to the master, (id, Unix time), in order:
         # they travel with results, or alone (STARTED) when there are none.
@@ -300,12 +298,13 @@ class Launcher:
             raise
 
     def watch(self, r: Running, read_ends: list[int]) -> None:
-        """A started task: its pipes in the poller (its exit when ``wait`` waits), its
-        group in the guard's table, its start noted for the master."""
+        """A started task: its exit and pipes in the poller, its group in the guard's
+        table, its start noted for the master."""
         poller = self.poller
+        r.pidfd = os.pidfd_open(r.pid)
+        poller.add(r.pidfd, r)
         for fd in read_ends:
             poller.add(fd, (r, fd))
-        self.unwatched[r.pid] = r
         self.running[r.pid] = r
         self.running_ids.add(r.spec.id)
         self.starts.append((r.spec.id, r.start))
@@ -335,14 +334,6 @@ class Launcher:
                                        stderr_path=r.err_path or None,
                                        stderr_tail=message[-TAIL_BYTES:]))
         return False
-
-    def wait(self, timeout: float | None) -> list[Waited]:
-        """The poller's wait, every running task's exit in it first (a pidfd)."""
-        for r in self.unwatched.values():
-            r.pidfd = os.pidfd_open(r.pid)
-            self.poller.add(r.pidfd, r)
-        self.unwatched.clear()
-        return self.poller.wait(timeout)
 
     # -- reaping -----------------------------------------------------------------------
 
@@ -398,13 +389,12 @@ class Launcher:
         """An exited task out of the running set, the poller and the guard's table."""
         del self.running[r.pid]
         self.running_ids.discard(r.spec.id)
-        if self.unwatched.pop(r.pid, None) is None:
-            # Taken out of the epoll before it is closed: a task being spawned meanwhile
-            # may still hold a copy of every fd (a vfork child lets its parent go on at
-            # exec, before it closes its close-on-exec fds), and a registration lasts as
-            # long as any copy of its fd.
-            self.poller.remove(r.pidfd)
-            os.close(r.pidfd)
+        # Taken out of the epoll before it is closed: a task being spawned meanwhile may
+        # still hold a copy of every fd (a vfork child lets its parent go on at exec,
+        # before it closes its close-on-exec fds), and a registration lasts as long as
+        # any copy of its fd.
+        self.poller.remove(r.pidfd)
+        os.close(r.pidfd)
         self.guard.release(r.guard_slot)
 
     def take_forwards(self, r: Running, status: int) -> tuple[list[tuple[str, bytes]],

@@ -1,10 +1,8 @@
 """A worker rank: its event loop over the master's messages and its tasks' exits.
 
 One event loop over an epoll: the master's socket (embedded mode), a pidfd per running
-task (readable when it exits) and the read ends of forwarding pipes; or, while one task
-runs and nothing else needs watching, a wait in waitid on that task which whatever needs
-the worker cuts short (``pmc.runtime.exitwait``). Under MPI, where the transport cannot
-be waited on, the epoll wait doubles as the polling back-off. The
+task (readable when it exits) and the read ends of forwarding pipes. Under MPI, where the
+transport cannot be waited on, the epoll wait doubles as the polling back-off. The
 processes themselves are ``pmc.runtime.launch``'s; this module decides when tasks start
 (at once, or queued behind the task they follow), when results travel, and how the
 worker's life goes: config, hello, host script, tasks, shutdown. Should the loop die of
@@ -19,14 +17,13 @@ import socket
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 
 from pmc import batchsignals, log
 from pmc.core import protocol
 from pmc.core.protocol import TaskSpec, WorkerConfig
 from pmc.errors import ExitCode
 from pmc.process import set_name
-from pmc.runtime import workerlog
-from pmc.runtime.exitwait import ExitWait
 from pmc.runtime.hostinfo import (
     clear_affinity,
     cpu_sockets,
@@ -35,7 +32,7 @@ from pmc.runtime.hostinfo import (
     raise_nofile,
     task_environment,
 )
-from pmc.runtime.launch import KILL_GRACE, Launcher, Running, Waited
+from pmc.runtime.launch import KILL_GRACE, Launcher, Running
 from pmc.runtime.topology import cpu_numa_nodes, gpu_inventory
 from pmc.runtime.workersignals import Wakeup, catch_stops
 from pmc.transport import TransportError, look_interval
@@ -52,6 +49,8 @@ if TYPE_CHECKING:
 # much later; the records' times are the worker's own.
 RESULT_HOLD = 0.020
 SATED_LOOK = 0.01  # polling transports: look this often while no slot needs a task
+# The most of a failure's traceback sent to the master (its end: the exception).
+FAILURE_BYTES = 8192
 
 
 class Worker:
@@ -94,8 +93,6 @@ class Worker:
         # A signal caught wakes the loop at once (a wait may otherwise last a beat): a
         # SIGTERM's kill and a warning's word to the master do not wait for it.
         self.wakeup = Wakeup(self.poller)
-        # Its one running task waited for in waitid where it can be (pmc.runtime.exitwait).
-        self.exit_wait = ExitWait()
         # Results wait for company only where the master answers at once: under MPI it
         # sees a message up to ~1 ms late, and so do we its answer, and holding results
         # on top of that round trip let the queued tasks run out (MPI 0.53 -> 0.59 of
@@ -152,9 +149,8 @@ class Worker:
                                     self.hostname)
 
     def stop_asked(self) -> None:
-        """SIGTERM or SIGINT (a signal handler: the loop acts on it, at once)."""
+        """SIGTERM or SIGINT (a signal handler: the loop acts on it)."""
         self.term_requested = True
-        self.exit_wait.interrupt()
 
     def stop_coming(self) -> bool:
         """While the host script runs: has the master stopped the run (its messages wait
@@ -288,7 +284,7 @@ class Worker:
                 # the moment one exits.
                 self.inbox.extend(m for _src, m in self.t.poll(timeout))
                 timeout = 0
-            events = self.wait(timeout, polling)
+            events = self.poller.wait(timeout)
             got_message = False
             for data in events:
                 if isinstance(data, Running):
@@ -300,8 +296,15 @@ class Worker:
                     self.wakeup.empty()
                 else:
                     got_message = True  # the master's socket
-            had_messages = self.hear(polling or got_message)
-            self.heartbeat(time.monotonic())
+            if polling or got_message:
+                self.inbox.extend(m for _src, m in self.t.poll(0))
+            had_messages = bool(self.inbox)
+            now = time.monotonic()
+            if had_messages:
+                self.last_heard = now
+            self.heartbeat(now)
+            while self.inbox:
+                self.handle(self.inbox.popleft())
             if batchsignals.pending():  # warnings that time is short: the master decides
                 self.send(protocol.warned(batchsignals.take()))
             if polling:
@@ -330,37 +333,6 @@ class Worker:
                 self.send(protocol.started(starts))
         self.send_results()
 
-    def wait(self, timeout: float | None, polling: bool) -> list[Waited]:
-        """What needs the worker within ``timeout`` seconds (None: a beat). One task
-        running, with no pipe to read: in waitid on it (see pmc.runtime.exitwait), then
-        a look at the rest; otherwise in the poller, every task's exit there."""
-        launcher = self.launcher
-        if (len(self.running) == 1 and self.exit_wait.usable and not polling
-                and (timeout is None or timeout > 0)):
-            (r,) = self.running.values()
-            if r.pipes is None:
-                exited = self.exit_wait.wait(r.pid, self.beat if timeout is None else timeout)
-                events = self.poller.wait(0)
-                if not exited:
-                    return events
-                # What the master sent while the task ran came before its end: a recall
-                # or a stop before its queued successor starts.
-                self.hear("master" in events)
-                return [r, *(e for e in events if e is not r and e != "master")]
-        return launcher.wait(timeout)
-
-    def hear(self, look: bool) -> bool:
-        """Act on what the master sent (``look``: read the transport first); whether it
-        sent anything."""
-        if look:
-            self.inbox.extend(m for _src, m in self.t.poll(0))
-        if not self.inbox:
-            return False
-        self.last_heard = time.monotonic()
-        while self.inbox:
-            self.handle(self.inbox.popleft())
-        return True
-
     def send_results(self) -> None:
         launcher = self.launcher
         if launcher.results:
@@ -387,8 +359,17 @@ def run(transport: Transport) -> int:
     except Exception:
         import traceback  # only now: with logging, ~10 M instructions of every start
 
-        workerlog.report_failure(transport, traceback.format_exc())
+        _report_failure(transport, traceback.format_exc())
         raise
+
+
+def _report_failure(transport: Transport, text: str) -> None:
+    """Tell the master why this worker dies (best effort: the end of the traceback)."""
+    data = text.encode(errors="replace")[-FAILURE_BYTES:].decode(errors="replace")
+    try:
+        transport.send(0, protocol.worker_failed(socket.gethostname(), data))
+    except Exception:  # noqa: S110 - the worker is dying anyway
+        pass
 
 
 def _live(transport: Transport) -> int:
@@ -400,7 +381,7 @@ def _live(transport: Transport) -> int:
         log.fatal(f"worker {transport.rank}: unexpected first message from master: {msg[:2]}")
         return ExitCode.FAILED
     cfg = msg.config
-    workerlog.setup(cfg, transport.rank)
+    _setup_logging(cfg, transport.rank)
     rank = transport.rank
     log.debug(f"Worker {rank}: Starting...")
     try:
@@ -443,11 +424,33 @@ def _live(transport: Transport) -> int:
     finally:
         worker.launcher.accounting.close()
         worker.launcher.ranks.close()
-        worker.exit_wait.close()
         worker.wakeup.close()
         for sig, handler in prev_handlers.items():
             signal.signal(sig, handler)
     return ExitCode.OK
+
+
+def _setup_logging(cfg: WorkerConfig, rank: int) -> None:
+    """The master's log format for this worker's own messages (on its stderr): text lines
+    as PMC's workers write them (those about the worker itself say "Worker R:"), or JSON
+    objects with a rank field."""
+    if cfg.log_format != "json":
+        log.setup(cfg.log_level)
+        return
+    sink: list[Callable[[int, str], None]] = []
+
+    def json_message(level: int, msg: str) -> None:
+        # structlog is set up at the first message, not at start: its import takes
+        # ~0.1 s of cpu, and a worker that runs its tasks without a word needs none.
+        if not sink:
+            from pmc.logsetup import LogOutput
+
+            out = LogOutput("json", None, cfg.log_level)
+            out.logger = out.logger.bind(rank=rank)
+            sink.append(out.message)
+        sink[0](level, msg)
+
+    log.setup(cfg.log_level, sink=json_message)
 
 
 def _wait(transport: Transport, inbox: deque[protocol.Message]) -> protocol.Message:
