@@ -116,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
                    "--local", "--workers", str(args.workers)]
             seconds, out = watch(cmd, work, pmc_env(tree))
             m = SUMMARY.search(out)
-            rate = args.tasks / float(m.group(6)) if m else 0.0
+            if m is None:
+                raise RuntimeError(f"no [cluster-summary] record: {' '.join(cmd)}\n{out[-3000:]}")
+            rate = args.tasks / float(m.group(6))
             per = {k: v / args.tasks * 1e6 for k, v in seconds.items()}
             parts[name].append(per)
             print(f"round {rnd}: {name:>8} own cpu {sum(per.values()):4.0f} µs/task (master "
