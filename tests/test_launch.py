@@ -68,7 +68,7 @@ def _finish(la: Launcher, spec: TaskSpec, timeout: float = 30.0) -> TaskResult:
     deadline = time.monotonic() + timeout
     while len(la.results) == before:
         assert time.monotonic() < deadline, "the task did not end"
-        for data in la.poller.wait(1.0):
+        for data in la.wait(1.0):
             if isinstance(data, Running):
                 la.reap(data)
             elif isinstance(data, tuple):
@@ -94,7 +94,7 @@ def test_the_guard_starts_with_the_first_task(launcher: Launcher) -> None:
     (r,) = launcher.running.values()
     assert launcher.guard.pid > 0 and r.pid in guard.read_table(launcher.guard.table_fd)
     while not launcher.results:
-        for data in launcher.poller.wait(1.0):
+        for data in launcher.wait(1.0):
             if isinstance(data, Running):
                 launcher.reap(data)
     assert launcher.results[-1].status == 0
@@ -215,7 +215,7 @@ def test_kill_reaches_the_whole_process_group(launcher: Launcher, tmp_path: Path
 def _finish_running(la: Launcher) -> TaskResult:
     before = len(la.results)
     while len(la.results) == before:
-        for data in la.poller.wait(5.0):
+        for data in la.wait(5.0):
             if isinstance(data, Running):
                 la.reap(data)
     return la.results[-1]

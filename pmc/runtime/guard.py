@@ -145,6 +145,7 @@ def start(grace: float, table: int) -> tuple[int, int]:
             # it; but the job's session, which batch systems (PBS/Torque) account and
             # clean up by.
             setpgroup=0,
+            setsigmask=(),  # nothing blocked (the worker's loop blocks what it waits for)
         )
     except OSError as e:
         _cannot_start(e)

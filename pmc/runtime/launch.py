@@ -4,9 +4,10 @@ the kill of their process groups, and each try's result.
 Tasks are started with ``posix_spawn`` (no Python between fork and exec) in their own
 process group, stdout/stderr straight into the worker's output files (or the per-task
 files), so task output never passes through Python. Only tasks that need an address-space
-limit or a cpu binding take the slower path with a ``preexec_fn``. Each running task
-holds a pidfd in the worker's poller (readable when it exits); its -f pipes' read ends
-are there too (``pmc.runtime.taskio``). Every task's process group is held in the
+limit or a cpu binding take the slower path with a ``preexec_fn``. A running task's exit
+is in the worker's poller (a pidfd) once the worker waits there (``Launcher.wait``; while
+one task runs alone it waits by signal instead, ``pmc.runtime.sigwait``), as are its -f
+pipes' read ends (``pmc.runtime.taskio``). Every task's process group is held in the
 guard's table (``pmc.runtime.guard``) while it runs: the guard kills what is left should
 the worker die.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import fcntl
 import os
-import select
+import signal
 import time
 from collections.abc import Callable
 
@@ -36,6 +37,7 @@ from pmc.runtime.declared import missing_output
 from pmc.runtime.guard import Guard
 from pmc.runtime.hostinfo import close_on_exec_all
 from pmc.runtime.multirank import RankLauncher
+from pmc.runtime.poller import Poller
 from pmc.runtime.spawn import exec_path, is_executable, spawn
 from pmc.runtime.taskio import (
     TAIL_BYTES,
@@ -61,7 +63,7 @@ _FORWARD_FD_BASE = 100
 class Running:
     __slots__ = (
         "app", "cgroup", "err_fd", "err_offset", "err_path", "guard_slot", "nodefile",
-        "out_fd", "pid", "pidfd", "pipes", "popen", "spec", "start", "t0",
+        "out_fd", "pid", "pidfd", "pipes", "popen", "spec", "start", "t0", "waited",
     )
 
     def __init__(self, spec: TaskSpec) -> None:
@@ -80,35 +82,12 @@ class Running:
         self.err_offset = 0
         self.nodefile = ""  # a multi-rank task's node file
         self.guard_slot = -1  # its process group's slot in the guard's table
+        self.waited: tuple[int, Any] | None = None  # its wait status and rusage, if reaped
 
 
 # What a poller wait returns for each readable fd: the master's socket, a task's pidfd,
 # or one of a task's forwarding pipes.
 Waited = str | Running | tuple[Running, int]
-
-
-class Poller:
-    """epoll over file descriptors, each with the object it stands for. ``selectors``
-    does the same with key objects and mask maps at ~15 µs more per task (a pidfd is
-    added, waited on and removed for every one)."""
-
-    def __init__(self) -> None:
-        self.epoll = select.epoll()
-        self.data: dict[int, Waited] = {}
-
-    def add(self, fd: int, data: Waited) -> None:
-        self.epoll.register(fd, select.EPOLLIN)
-        self.data[fd] = data
-
-    def remove(self, fd: int) -> None:
-        self.epoll.unregister(fd)
-        del self.data[fd]
-
-    def wait(self, timeout: float | None) -> list[Waited]:
-        """What became readable within ``timeout`` seconds (None: wait as long as it
-        takes); the wait is rounded up to whole milliseconds."""
-        data = self.data
-        return [data[fd] for fd, _ in self.epoll.poll(-1 if timeout is None else timeout)]
 
 
 class Launcher:
@@ -127,6 +106,10 @@ class Launcher:
         self.poller = Poller()
         self.running: dict[int, Running] = {}  # pid -> Running
         self.running_ids: set[int] = set()  # task ids of self.running
+        self.unwatched: dict[int, Running] = {}  # running, no pidfd yet (see ``wait``)
+        # Tasks start with the signal mask the worker has now (its loop blocks signals it
+        # waits for: pmc.runtime.sigwait).
+        self.sigmask = signal.pthread_sigmask(signal.SIG_BLOCK, ())
         self.results: list[TaskResult] = []
         # Tasks started since the last message to the master, (id, Unix time), in order:
         # they travel with results, or alone (STARTED) when there are none.
@@ -279,7 +262,7 @@ class Launcher:
         try:
             try:
                 r.pid, r.popen = spawn(spec, None, argv, env, out_fd, err_fd, moves, bind,
-                                       rlimit)
+                                       rlimit, self.sigmask)
             except FileNotFoundError:
                 # The reference runs a bare name that is an executable file in the
                 # working directory before it searches PATH; looked at only when the
@@ -287,7 +270,7 @@ class Launcher:
                 if "/" in argv[0] or not is_executable(argv[0]):
                     raise
                 r.pid, r.popen = spawn(spec, argv[0], argv, env, out_fd, err_fd, moves,
-                                       bind, rlimit)
+                                       bind, rlimit, self.sigmask)
             finally:
                 if r.cgroup is not None:
                     acc.leave()
@@ -298,13 +281,12 @@ class Launcher:
             raise
 
     def watch(self, r: Running, read_ends: list[int]) -> None:
-        """A started task: its exit and pipes in the poller, its group in the guard's
-        table, its start noted for the master."""
+        """A started task: its pipes in the poller (its exit once ``wait`` waits there),
+        its group in the guard's table, its start noted for the master."""
         poller = self.poller
-        r.pidfd = os.pidfd_open(r.pid)
-        poller.add(r.pidfd, r)
         for fd in read_ends:
             poller.add(fd, (r, fd))
+        self.unwatched[r.pid] = r
         self.running[r.pid] = r
         self.running_ids.add(r.spec.id)
         self.starts.append((r.spec.id, r.start))
@@ -335,7 +317,23 @@ class Launcher:
                                        stderr_tail=message[-TAIL_BYTES:]))
         return False
 
-    # -- reaping -----------------------------------------------------------------------
+    # -- waiting and reaping ------------------------------------------------------------
+
+    def wait(self, timeout: float | None) -> list[Waited]:
+        """The poller's wait (see ``Poller.wait``), every running task's exit in it."""
+        for r in self.unwatched.values():
+            r.pidfd = os.pidfd_open(r.pid)
+            self.poller.add(r.pidfd, r)
+        self.unwatched.clear()
+        return self.poller.wait(timeout)
+
+    def exited(self, r: Running) -> bool:
+        """Whether ``r`` has exited: if so, reaped (``reap`` takes it from there)."""
+        pid, wstatus, usage = os.wait4(r.pid, os.WNOHANG)
+        if pid == 0:
+            return False
+        r.waited = (wstatus, usage)
+        return True
 
     def read_pipe(self, r: Running, fd: int) -> None:
         """Pipe ``fd`` of ``r`` is readable: take its data (close it at EOF)."""
@@ -347,7 +345,10 @@ class Launcher:
     def reap(self, r: Running) -> int:
         """``r`` exited: wait for it, take its forwards, write its record, and queue its
         result. Returns its raw wait status."""
-        _, wstatus, usage = os.wait4(r.pid, 0)
+        if r.waited is None:
+            _, wstatus, usage = os.wait4(r.pid, 0)
+        else:
+            wstatus, usage = r.waited
         if r.popen is not None:
             r.popen.returncode = 0  # reaped here; keep subprocess from waiting on it
         duration = time.monotonic() - r.t0
@@ -389,12 +390,13 @@ class Launcher:
         """An exited task out of the running set, the poller and the guard's table."""
         del self.running[r.pid]
         self.running_ids.discard(r.spec.id)
-        # Taken out of the epoll before it is closed: a task being spawned meanwhile may
-        # still hold a copy of every fd (a vfork child lets its parent go on at exec,
-        # before it closes its close-on-exec fds), and a registration lasts as long as
-        # any copy of its fd.
-        self.poller.remove(r.pidfd)
-        os.close(r.pidfd)
+        if self.unwatched.pop(r.pid, None) is None:
+            # Taken out of the epoll before it is closed: a task being spawned meanwhile
+            # may still hold a copy of every fd (a vfork child lets its parent go on at
+            # exec, before it closes its close-on-exec fds), and a registration lasts as
+            # long as any copy of its fd.
+            self.poller.remove(r.pidfd)
+            os.close(r.pidfd)
         self.guard.release(r.guard_slot)
 
     def take_forwards(self, r: Running, status: int) -> tuple[list[tuple[str, bytes]],

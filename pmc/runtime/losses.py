@@ -48,10 +48,17 @@ from pmc.runtime.placement import Placer
 from pmc.runtime.stopping import Stopping
 from pmc.transport import Transport, TransportError
 
-BEAT_CHECK = 1.0  # how often silent workers are looked for
+BEAT_CHECK = 1.0  # how often silent workers are looked for (see ``beat_check``)
 QUARANTINE_AFTER = 2  # lost workers after which a host gets no more tasks
 
 Finished = list[tuple[TaskResult, str | None]]
+
+
+def beat_check(worker_timeout: float) -> float:
+    """Seconds between two looks for silent workers (and PINGs to quiet ones): a quarter
+    of --worker-timeout where that is less than ``BEAT_CHECK``, so that a worker hears
+    its master well within it."""
+    return min(BEAT_CHECK, worker_timeout / 4)
 
 
 class Joiner:
@@ -121,7 +128,7 @@ class Losses:
         """Workers silent for --worker-timeout are lost; those the master has sent
         nothing for a while get a PING, so that they know it is there."""
         m = self.m
-        m.beat_due = now + BEAT_CHECK
+        m.beat_due = now + beat_check(m.opts.worker_timeout)
         self.probe_ended(now)
         timeout = m.opts.worker_timeout
         for rank in [r for r in m.ranks_alive if now - m.heard.get(r, now) > timeout]:

@@ -28,7 +28,7 @@ from pmc.errors import FatalError
 from pmc.options import RunOptions
 from pmc.runtime import ordering, startup
 from pmc.runtime.forward import ForwardFiles, default_maxfds
-from pmc.runtime.losses import BEAT_CHECK, Losses
+from pmc.runtime.losses import Losses, beat_check
 from pmc.runtime.openrun import OpenRun
 from pmc.runtime.placement import Placer
 from pmc.runtime.stopping import Stopping
@@ -167,7 +167,7 @@ class Master:
         chains = self.chains
         self.clock = time.monotonic()
         self.heard = dict.fromkeys(self.ranks_alive, self.clock)
-        self.beat_due = self.clock + BEAT_CHECK
+        self.beat_due = self.clock + beat_check(self.opts.worker_timeout)
         while True:
             self.complete_synced()
             if self.stopping() is None:  # a signal noticed since the turn: nothing more

@@ -24,11 +24,11 @@ _STDIN = (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)
 
 def spawn(spec: TaskSpec, path: str | None, argv: list[str], env: dict[str, str],
           out_fd: int, err_fd: int, moves: list[tuple[int, int]], bind: bool,
-          rlimit: bool) -> tuple[int, subprocess.Popen[bytes] | None]:
-    """Start the task's process in its own process group (same session); ``path``: the
-    file to run, None for argv[0] searched in PATH. Bound to its cpus (``bind``) or
-    limited to its -m (``rlimit``), through a pre-exec hook. Returns its pid, and its
-    ``Popen`` where one started it."""
+          rlimit: bool, sigmask: set[int]) -> tuple[int, subprocess.Popen[bytes] | None]:
+    """Start the task's process in its own process group (same session), with signals
+    ``sigmask`` blocked; ``path``: the file to run, None for argv[0] searched in PATH.
+    Bound to its cpus (``bind``) or limited to its -m (``rlimit``), through a pre-exec
+    hook. Returns its pid, and its ``Popen`` where one started it."""
     if bind or rlimit:
         import subprocess  # only here: a worker whose tasks need none saves its import
 
@@ -36,7 +36,7 @@ def spawn(spec: TaskSpec, path: str | None, argv: list[str], env: dict[str, str]
             argv, executable=path, env=env, stdin=subprocess.DEVNULL, stdout=out_fd,
             stderr=err_fd,
             close_fds=False,  # every fd of the worker is close-on-exec already
-            process_group=0, preexec_fn=_limits(spec, bind, rlimit, moves),
+            process_group=0, preexec_fn=_limits(spec, bind, rlimit, moves, sigmask),
         )
         return popen.pid, popen
     actions = [_STDIN, (os.POSIX_SPAWN_DUP2, out_fd, 1), (os.POSIX_SPAWN_DUP2, err_fd, 2)]
@@ -47,12 +47,13 @@ def spawn(spec: TaskSpec, path: str | None, argv: list[str], env: dict[str, str]
         file_actions=actions,
         setpgroup=0,
         setsigdef=_TASK_SIGDEF,
+        setsigmask=sigmask,
     )
     return pid, None
 
 
-def _limits(spec: TaskSpec, bind: bool, rlimit: bool,
-            moves: list[tuple[int, int]]) -> Callable[[], None]:
+def _limits(spec: TaskSpec, bind: bool, rlimit: bool, moves: list[tuple[int, int]],
+            sigmask: set[int]) -> Callable[[], None]:
     affinity = spec.affinity if bind else None
     limit = spec.memory * 1024 * 1024 if rlimit else 0
 
@@ -64,6 +65,7 @@ def _limits(spec: TaskSpec, bind: bool, rlimit: bool,
         if limit:
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
         signal.signal(signal.SIGTTOU, signal.SIG_DFL)  # ignored by the worker
+        signal.pthread_sigmask(signal.SIG_SETMASK, sigmask)
 
     return apply
 

@@ -1,8 +1,10 @@
 """A worker rank: its event loop over the master's messages and its tasks' exits.
 
 One event loop over an epoll: the master's socket (embedded mode), a pidfd per running
-task (readable when it exits) and the read ends of forwarding pipes. Under MPI, where the
-transport cannot be waited on, the epoll wait doubles as the polling back-off. The
+task (readable when it exits) and the read ends of forwarding pipes; or, while one task
+runs and has no pipe to read, a wait by signal for its exit and the rest
+(``pmc.runtime.sigwait``). Under MPI, where the transport cannot be waited on, the
+epoll wait doubles as the polling back-off. The
 processes themselves are ``pmc.runtime.launch``'s; this module decides when tasks start
 (at once, or queued behind the task they follow), when results travel, and how the
 worker's life goes: config, hello, host script, tasks, shutdown. Should the loop die of
@@ -17,13 +19,13 @@ import socket
 import sys
 import time
 from collections import deque
-from collections.abc import Callable
 
 from pmc import batchsignals, log
 from pmc.core import protocol
 from pmc.core.protocol import TaskSpec, WorkerConfig
 from pmc.errors import ExitCode
 from pmc.process import set_name
+from pmc.runtime import workerlog
 from pmc.runtime.hostinfo import (
     clear_affinity,
     cpu_sockets,
@@ -32,7 +34,8 @@ from pmc.runtime.hostinfo import (
     raise_nofile,
     task_environment,
 )
-from pmc.runtime.launch import KILL_GRACE, Launcher, Running
+from pmc.runtime.launch import KILL_GRACE, Launcher, Running, Waited
+from pmc.runtime.sigwait import SignalWait
 from pmc.runtime.topology import cpu_numa_nodes, gpu_inventory
 from pmc.runtime.workersignals import Wakeup, catch_stops
 from pmc.transport import TransportError, look_interval
@@ -49,8 +52,6 @@ if TYPE_CHECKING:
 # much later; the records' times are the worker's own.
 RESULT_HOLD = 0.020
 SATED_LOOK = 0.01  # polling transports: look this often while no slot needs a task
-# The most of a failure's traceback sent to the master (its end: the exception).
-FAILURE_BYTES = 8192
 
 
 class Worker:
@@ -93,6 +94,7 @@ class Worker:
         # A signal caught wakes the loop at once (a wait may otherwise last a beat): a
         # SIGTERM's kill and a warning's word to the master do not wait for it.
         self.wakeup = Wakeup(self.poller)
+        self.sigwait: SignalWait | None = None  # while the loop runs, where it can
         # Results wait for company only where the master answers at once: under MPI it
         # sees a message up to ~1 ms late, and so do we its answer, and holding results
         # on top of that round trip let the queued tasks run out (MPI 0.53 -> 0.59 of
@@ -284,7 +286,7 @@ class Worker:
                 # the moment one exits.
                 self.inbox.extend(m for _src, m in self.t.poll(timeout))
                 timeout = 0
-            events = self.poller.wait(timeout)
+            events = self.wait(timeout)
             got_message = False
             for data in events:
                 if isinstance(data, Running):
@@ -296,15 +298,8 @@ class Worker:
                     self.wakeup.empty()
                 else:
                     got_message = True  # the master's socket
-            if polling or got_message:
-                self.inbox.extend(m for _src, m in self.t.poll(0))
-            had_messages = bool(self.inbox)
-            now = time.monotonic()
-            if had_messages:
-                self.last_heard = now
-            self.heartbeat(now)
-            while self.inbox:
-                self.handle(self.inbox.popleft())
+            had_messages = self.hear(polling or got_message)
+            self.heartbeat(time.monotonic())
             if batchsignals.pending():  # warnings that time is short: the master decides
                 self.send(protocol.warned(batchsignals.take()))
             if polling:
@@ -333,6 +328,42 @@ class Worker:
                 self.send(protocol.started(starts))
         self.send_results()
 
+    def wait_by_signal(self) -> None:
+        """Wait for a task that runs alone by signal from now on, where that can be done:
+        a master that can be waited on, a wake-up pipe, a single thread."""
+        fd = self.t.fileno()
+        if fd is not None and self.wakeup.fd >= 0:
+            sigwait = SignalWait((fd, self.wakeup.fd))
+            if sigwait.usable:
+                self.sigwait = sigwait
+
+    def wait(self, timeout: float | None) -> list[Waited]:
+        """What needs the worker within ``timeout`` seconds (None: a beat). One task
+        running with no pipe to read: waited for by signal (``pmc.runtime.sigwait``);
+        otherwise in the poller, every running task's exit there."""
+        sigwait = self.sigwait
+        if sigwait is not None and len(self.running) == 1:
+            (r,) = self.running.values()
+            if r.pipes is None:
+                woke = sigwait.wait(self.beat if timeout is None else timeout)
+                if woke == signal.SIGCHLD:  # a child ended: this task?
+                    return [r] if self.launcher.exited(r) else []
+                # SIGIO: the master's socket or the signal wake-up pipe turned readable.
+                return ["master", "signal"] if woke else []
+        return self.launcher.wait(timeout)
+
+    def hear(self, look: bool) -> bool:
+        """Act on what the master sent (``look``: read the transport first); whether it
+        sent anything."""
+        if look:
+            self.inbox.extend(m for _src, m in self.t.poll(0))
+        if not self.inbox:
+            return False
+        self.last_heard = time.monotonic()
+        while self.inbox:
+            self.handle(self.inbox.popleft())
+        return True
+
     def send_results(self) -> None:
         launcher = self.launcher
         if launcher.results:
@@ -359,17 +390,8 @@ def run(transport: Transport) -> int:
     except Exception:
         import traceback  # only now: with logging, ~10 M instructions of every start
 
-        _report_failure(transport, traceback.format_exc())
+        workerlog.report_failure(transport, traceback.format_exc())
         raise
-
-
-def _report_failure(transport: Transport, text: str) -> None:
-    """Tell the master why this worker dies (best effort: the end of the traceback)."""
-    data = text.encode(errors="replace")[-FAILURE_BYTES:].decode(errors="replace")
-    try:
-        transport.send(0, protocol.worker_failed(socket.gethostname(), data))
-    except Exception:  # noqa: S110 - the worker is dying anyway
-        pass
 
 
 def _live(transport: Transport) -> int:
@@ -381,7 +403,7 @@ def _live(transport: Transport) -> int:
         log.fatal(f"worker {transport.rank}: unexpected first message from master: {msg[:2]}")
         return ExitCode.FAILED
     cfg = msg.config
-    _setup_logging(cfg, transport.rank)
+    workerlog.setup(cfg, transport.rank)
     rank = transport.rank
     log.debug(f"Worker {rank}: Starting...")
     try:
@@ -412,6 +434,7 @@ def _live(transport: Transport) -> int:
             # A failure is the master's to report (as a fatal error, once).
             ok, text = worker.run_host_script()
             transport.send(0, protocol.host_script(ok, text))
+        worker.wait_by_signal()  # after the host script: it starts with nothing blocked
         worker.loop()
         worker.stop_host_script()
         transport.send(0, protocol.bye(None))
@@ -424,33 +447,12 @@ def _live(transport: Transport) -> int:
     finally:
         worker.launcher.accounting.close()
         worker.launcher.ranks.close()
+        if worker.sigwait is not None:
+            worker.sigwait.close()
         worker.wakeup.close()
         for sig, handler in prev_handlers.items():
             signal.signal(sig, handler)
     return ExitCode.OK
-
-
-def _setup_logging(cfg: WorkerConfig, rank: int) -> None:
-    """The master's log format for this worker's own messages (on its stderr): text lines
-    as PMC's workers write them (those about the worker itself say "Worker R:"), or JSON
-    objects with a rank field."""
-    if cfg.log_format != "json":
-        log.setup(cfg.log_level)
-        return
-    sink: list[Callable[[int, str], None]] = []
-
-    def json_message(level: int, msg: str) -> None:
-        # structlog is set up at the first message, not at start: its import takes
-        # ~0.1 s of cpu, and a worker that runs its tasks without a word needs none.
-        if not sink:
-            from pmc.logsetup import LogOutput
-
-            out = LogOutput("json", None, cfg.log_level)
-            out.logger = out.logger.bind(rank=rank)
-            sink.append(out.message)
-        sink[0](level, msg)
-
-    log.setup(cfg.log_level, sink=json_message)
 
 
 def _wait(transport: Transport, inbox: deque[protocol.Message]) -> protocol.Message:

@@ -14,7 +14,7 @@ import os
 import signal
 from collections.abc import Callable
 
-from pmc.runtime.launch import Poller
+from pmc.runtime.poller import Poller
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing: see pmc.core.record
 if TYPE_CHECKING:
