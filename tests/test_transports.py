@@ -122,6 +122,26 @@ def test_unframe_keeps_partial_messages() -> None:
     assert out == [(1, "a"), (2, b"x" * 100)] and not buf
 
 
+def test_task_specs_and_results_travel_as_plain_tuples() -> None:
+    """A TASKS or RESULTS message names no record class on the wire (each record's
+    pickle would run Python code at both ends) and is read back as the same records."""
+    spec = protocol.TaskSpec(7, "t", "/bin/true", 1, 0, 1, None, (("f", "out"),), "ID7",
+                             (0,), after=3, env=(("PMC_ARRAY_INDEX", "2"),))
+    result = protocol.TaskResult(7, 1, 256, 1.5, 0.25, 0.1, 2048, "why",
+                                 (("out", b"data"),), 0.05, 0.05, False, "/err", "tail")
+    for msg in (protocol.tasks([spec, spec._replace(id=8)]),
+                protocol.results([result], [(7, 1.5)])):
+        data = frame(msg)
+        assert b"TaskSpec" not in data and b"TaskResult" not in data
+        out: list[protocol.Message] = []
+        unframe(bytearray(data), out)
+        assert out == [msg]
+        (back,) = out
+        assert type(back) is type(msg)
+        assert all(type(r) is type(msg[1][0]) for r in back[1])
+        assert back[1][0].id == 7
+
+
 # -- the embedded transport -------------------------------------------------------------
 
 

@@ -88,6 +88,7 @@ class Chains:
         # are dropped when they come first.
         self._open: list[dict[Kind, list[tuple[float, int, int]]]] = [
             {} for _ in range(PREFETCH_DEPTH)]
+        self._lowest = 0  # no depth below this one has a chain with room
         # Where runtimes are expected: the seconds each running or queued task is expected
         # to take, and when each is expected to end (the callers' clock).
         self._takes: dict[int, float] = {}
@@ -109,30 +110,34 @@ class Chains:
         kinds = self._kind
         ends = self._ends
         opened = self._open
-        for depth in range(self.limit):
+        lowest = self._lowest
+        for depth in range(lowest, self.limit):
             by_kind = opened[depth]
-            if not by_kind:
-                continue
-            best: tuple[float, int, int] | None = None
-            spent: list[Kind] = []
-            for kind, entries in by_kind.items():
-                if not _holds(kind, cpus, memory, gpus):
-                    continue
-                while entries:
-                    entry = entries[0]
-                    tail = entry[2]
-                    if tails.get(tail) == depth and kinds.get(tail) == kind and \
-                            ends.get(tail, 0.0) == entry[0]:
-                        if best is None or entry < best:
-                            best = entry
-                        break
-                    heapq.heappop(entries)  # no longer true
-                else:
-                    spent.append(kind)
-            for kind in spent:
-                del by_kind[kind]  # so that a depth with no chain is passed at once
-            if best is not None:
-                return best[2]
+            if by_kind:
+                best: tuple[float, int, int] | None = None
+                spent: list[Kind] = []
+                for kind, entries in by_kind.items():
+                    if not _holds(kind, cpus, memory, gpus):
+                        continue
+                    while entries:
+                        entry = entries[0]
+                        tail = entry[2]
+                        if tails.get(tail) == depth and kinds.get(tail) == kind and \
+                                ends.get(tail, 0.0) == entry[0]:
+                            if best is None or entry < best:
+                                best = entry
+                            break
+                        heapq.heappop(entries)  # no longer true
+                    else:
+                        spent.append(kind)
+                for kind in spent:
+                    del by_kind[kind]  # so that a depth with no chain is passed at once
+                if best is not None:
+                    self._lowest = lowest
+                    return best[2]
+            if not by_kind and depth == lowest:
+                lowest += 1  # looked at from the next one up from now on
+        self._lowest = lowest
         return -1
 
     def _set_tail(self, task_id: int, depth: int) -> None:
@@ -144,6 +149,7 @@ class Chains:
                 heapq.heappush(self._open[depth].setdefault(kind, []),
                                (self._ends.get(task_id, 0.0), self._order, task_id))
                 self._order += 1
+                self._lowest = min(self._lowest, depth)
 
     def holder(self, task_id: int) -> tuple[Worker, Affinity]:
         """The worker a running or queued task is on, and the running task's cpu set."""
@@ -237,15 +243,21 @@ class Chains:
         self._recalling.discard(succ)
         self.running[succ] = (worker, None)
         self.unstarted.add(succ)
-        takes, ends = self._takes, self._ends
+        takes, ends, following = self._takes, self._ends, self._next
         end = succ
-        if succ in takes:  # when the chain's tasks are now expected to end
-            ends[succ] = now + takes[succ]
-        while end in self._next:
-            after = self._next[end]
-            if end in ends and after in takes:
-                ends[after] = ends[end] + takes[after]
-            end = after
+        if takes:  # when the chain's tasks are now expected to end
+            if succ in takes:
+                ends[succ] = now + takes[succ]
+            while end in following:
+                after = following[end]
+                if end in ends and after in takes:
+                    ends[after] = ends[end] + takes[after]
+                end = after
+        else:
+            later = following.get(end)
+            while later is not None:
+                end = later
+                later = following.get(end)
         if end in self._tails:
             self._set_tail(end, self._tails[end] - 1)  # the chain moved up by one
         return succ
@@ -332,6 +344,7 @@ class Chains:
         self._ends.clear()
         for by_kind in self._open:
             by_kind.clear()
+        self._lowest = 0
         return tasks
 
     def _forget(self, task_id: int) -> None:

@@ -329,20 +329,34 @@ _KINDS: dict[int, type[tuple[Any, ...]]] = {
     WORKER_FAILED: WorkerFailed, PING: Ping, WARNED: Warned}
 
 
+# The records a message carries, by its tag: plain tuples on the wire too.
+_INNER: dict[int, type[tuple[Any, ...]]] = {TASKS: TaskSpec, RESULTS: TaskResult}
+
+
 def to_wire(msg: Message) -> tuple[Any, ...]:
-    """The message as it travels: a plain tuple. A record's pickle names its class and
-    is written and rebuilt through NamedTuple's Python-level ``__getnewargs__`` and
-    ``__new__`` (about 2 µs more to write and 1 µs more to read, per message); a tuple's
-    is C all the way. (The task specs and results inside stay records.)"""
+    """The message as it travels: a plain tuple, the task specs or results it carries
+    plain tuples too. A record's pickle names its class and is written and rebuilt
+    through NamedTuple's Python-level ``__getnewargs__`` and ``__new__`` (~1.8 µs more to
+    write and ~0.8 µs more to read, per record: a task's spec and its result each); a
+    tuple's is C all the way."""
+    tag = msg[0]
+    if tag in _INNER:
+        return (tag, [tuple(r) for r in msg[1]], *msg[2:])
     return tuple(msg)
 
 
 def from_wire(data: tuple[Any, ...]) -> Message:
-    """A message received as ``to_wire`` sent it, its record again (built in C, without
-    the record's ``__new__``); a tuple of no known tag is passed on as it came, for the
+    """A message received as ``to_wire`` sent it, its records again (built in C, without
+    the records' ``__new__``); a tuple of no known tag is passed on as it came, for the
     reader to refuse."""
     kind = _KINDS.get(data[0]) if data else None
-    return tuple.__new__(kind, data) if kind is not None else data
+    if kind is None:
+        return data
+    inner = _INNER.get(data[0])
+    if inner is not None:
+        new = tuple.__new__
+        data = (data[0], [new(inner, r) for r in data[1]], *data[2:])
+    return tuple.__new__(kind, data)
 
 
 def host_script(ok: bool, message: str) -> HostScript:
