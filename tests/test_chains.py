@@ -233,3 +233,41 @@ def test_a_lower_depth_stops_deeper_chains_only() -> None:
     assert c.open_tails() == []
     c.limit = 3
     assert c.open_tail(1, 0) == 3, "room again as the depth grows back"
+
+
+def test_a_long_run_of_full_chains_keeps_no_bookkeeping_per_task() -> None:
+    """Two slots kept full, 20,000 tasks through them: what the chains hold to find
+    room stays a few entries (it grew by one a task, for as long as the run lasted)."""
+    c = Chains()
+    c.limit = 20
+    heads = []
+    for n, w in enumerate(workers(2)):
+        c.start(n, w, None, (1, 0))
+        heads.append(n)
+    task = len(heads)
+
+    def fill() -> None:
+        nonlocal task
+        while (tail := c.open_tail(1, 0)) >= 0:
+            c.queue(task, tail, (1, 0))
+            task += 1
+
+    fill()
+    for i in range(20_000):
+        c.end(heads[i % 2])
+        heads[i % 2] = c.promote(heads[i % 2])
+        fill()
+    assert len(c.queued) == 40
+    assert sum(len(h) for by_kind in c._open for h in by_kind.values()) <= 4
+
+
+def test_a_deeper_limit_gives_full_chains_room() -> None:
+    (w,) = workers(1)
+    c = Chains()
+    c.limit = 2
+    c.start(1, w, None, (1, 0))
+    c.queue(2, 1, (1, 0))
+    c.queue(3, 2, (1, 0))
+    assert c.open_tail(1, 0) == -1, "full"
+    c.limit = 4
+    assert c.open_tail(1, 0) == 3

@@ -93,8 +93,23 @@ class Chains:
         # to take, and when each is expected to end (the callers' clock).
         self._takes: dict[int, float] = {}
         self._ends: dict[int, float] = {}
-        self.limit = FIRST_DEPTH  # queued tasks a chain may hold now (depth_for)
+        self._limit = FIRST_DEPTH
         self._order = 0
+
+    @property
+    def limit(self) -> int:
+        """How many queued tasks a chain may hold now (``depth_for``)."""
+        return self._limit
+
+    @limit.setter
+    def limit(self, limit: int) -> None:
+        # Only chains with room are in the heaps (else a full chain's entries would pile
+        # up, one per task, for as long as the run lasts): those the new depth gives
+        # room go in.
+        low, self._limit = self._limit, limit
+        for tail, depth in self._tails.items():
+            if low <= depth < limit:
+                self._offer(tail, depth)
 
     # -- queries -----------------------------------------------------------------
 
@@ -143,13 +158,18 @@ class Chains:
     def _set_tail(self, task_id: int, depth: int) -> None:
         """``task_id`` is the last task of its chain, ``depth`` tasks waiting in it."""
         self._tails[task_id] = depth
-        if depth < PREFETCH_DEPTH:
-            kind = self._kind.get(task_id)
-            if kind is not None:
-                heapq.heappush(self._open[depth].setdefault(kind, []),
-                               (self._ends.get(task_id, 0.0), self._order, task_id))
-                self._order += 1
-                self._lowest = min(self._lowest, depth)
+        if depth < self._limit:
+            self._offer(task_id, depth)
+
+    def _offer(self, task_id: int, depth: int) -> None:
+        """The chain ending in ``task_id`` has room: in the heaps (but for a task that
+        may have no successor)."""
+        kind = self._kind.get(task_id)
+        if kind is not None:
+            heapq.heappush(self._open[depth].setdefault(kind, []),
+                           (self._ends.get(task_id, 0.0), self._order, task_id))
+            self._order += 1
+            self._lowest = min(self._lowest, depth)
 
     def holder(self, task_id: int) -> tuple[Worker, Affinity]:
         """The worker a running or queued task is on, and the running task's cpu set."""
