@@ -17,6 +17,7 @@ from __future__ import annotations
 import fcntl
 import os
 import signal
+import stat
 import time
 from collections.abc import Callable
 
@@ -116,6 +117,10 @@ class Launcher:
         self.starts: list[tuple[int, float]] = []
         self.dag_dir = os.path.dirname(os.path.abspath(config.dag_path))
         self.out_fd = self.err_fd = -1
+        # A failed try's stderr tail is read from the shared file where it is a regular
+        # one, with one slot (nothing else writes there meanwhile): not from /dev/null,
+        # a pipe or a terminal.
+        self.err_tails = False
         # Log levels, fixed for the run: per-task lines cost one attribute test when off.
         self.debug = log.enabled(log.DEBUG)
         self.trace = log.enabled(log.TRACE)
@@ -126,6 +131,8 @@ class Launcher:
             log.debug(f"Worker {rank}: Using task stderr file: {err_path}")
             self.out_fd = open_append(out_path)
             self.err_fd = open_append(err_path)
+            self.err_tails = config.worker_slots == 1 and \
+                stat.S_ISREG(os.fstat(self.err_fd).st_mode)
         self.err_path = os.path.abspath(config.err_path.format(rank=rank))
         # A task's -m as its cgroup's memory limit (else RLIMIT_AS, set at its spawn).
         cgroup_limits = config.strict_limits and config.limit_memory_by == "cgroup"
@@ -227,9 +234,8 @@ class Launcher:
             r.err_path = os.readlink(f"/proc/self/fd/{r.err_fd}")
             return r.out_fd, r.err_fd
         r.err_path = self.err_path
-        # Where this try's stderr begins in the shared file, for its tail should it fail
-        # (one slot: nothing else writes there meanwhile).
-        r.err_offset = os.fstat(self.err_fd).st_size if cfg.worker_slots == 1 else -1
+        # Where this try's stderr begins in the shared file, for its tail should it fail.
+        r.err_offset = os.fstat(self.err_fd).st_size if self.err_tails else -1
         return self.out_fd, self.err_fd
 
     def open_pipes(self, r: Running, env: dict[str, str]) -> list[tuple[int, int]]:
