@@ -280,7 +280,7 @@ def test_a_worker_tells_the_master_why_it_failed(tmp_path: Path, serve: Serve | 
         host, text = msg.hostname, msg.traceback
         assert host == socket.gethostname()
         assert text.startswith("Traceback (most recent call last):")
-        assert text.rstrip().splitlines()[-1].startswith("AttributeError:")
+        assert text.rstrip().splitlines()[-1].split(":")[0].endswith("Error")
         assert t.procs[1].wait(30) != 0
     finally:
         t.close()
