@@ -233,6 +233,10 @@ def test_a_lower_depth_stops_deeper_chains_only() -> None:
     assert c.open_tails() == []
     c.limit = 3
     assert c.open_tail(1, 0) == 3, "room again as the depth grows back"
+    c.queue(4, 3, (1, 0))
+    assert c.open_tail(1, 0) == -1, "full at 3"
+    c.limit = 4
+    assert c.open_tail(1, 0) == 4, "a chain that filled up at a lower depth has room"
 
 
 def test_a_long_run_of_full_chains_keeps_no_bookkeeping_per_task() -> None:
@@ -260,14 +264,3 @@ def test_a_long_run_of_full_chains_keeps_no_bookkeeping_per_task() -> None:
     assert len(c.queued) == 40
     assert sum(len(h) for by_kind in c._open for h in by_kind.values()) <= 4
 
-
-def test_a_deeper_limit_gives_full_chains_room() -> None:
-    (w,) = workers(1)
-    c = Chains()
-    c.limit = 2
-    c.start(1, w, None, (1, 0))
-    c.queue(2, 1, (1, 0))
-    c.queue(3, 2, (1, 0))
-    assert c.open_tail(1, 0) == -1, "full"
-    c.limit = 4
-    assert c.open_tail(1, 0) == 3
