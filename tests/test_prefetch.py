@@ -464,6 +464,33 @@ def test_with_runtimes_expected_the_next_task_waits_behind_the_slot_to_free_firs
     assert started.index("next") < min(started.index(f"f{i}") for i in range(6)), started
 
 
+def longer_path_dag(tmp_path: Path) -> Path:
+    # Critical-path order, paths from the runtimes given: a (then c, 5 s), x, y, z. y is
+    # expected to take 0.3 s but runs 3. Each task writes its name to `starts` as it starts.
+    def task(name: str, expected: float, seconds: float) -> str:
+        return (f"TASK {name} --expected-runtime {expected} "
+                f"/bin/sh -c 'echo {name} >> starts; sleep {seconds}'\n")
+    return write_dag(tmp_path / "longer.dag", task("a", 0.5, 0.5) + task("x", 2, 2) +
+                     task("y", 0.3, 3) + task("z", 0.2, 0.2) + task("c", 5, 0) + "EDGE a c\n")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["local", "mpi"])
+def test_by_the_longest_path_a_task_ready_later_takes_the_first_free_slot(
+        mode: str, tmp_path: Path) -> None:
+    # Two slots: a and x start, y is queued behind a (expected to end first), z behind x.
+    # When a ends, y starts in its place and c becomes ready, its path the longest: a
+    # chain has room, behind y, which has just started (and runs 3 s), but c takes the
+    # first slot to free up, x's at 2 s, where z was queued (taken back): c before z.
+    dag = longer_path_dag(tmp_path)
+    args = ["run", dag.name, "--schedule", "critical-path"]
+    r = pmc([*args, "--workers", "2"], tmp_path) if mode == "local" else pmc_mpi(3, args, tmp_path)
+    assert r.returncode == 0, r.stderr
+    started = (tmp_path / "starts").read_text().split()
+    assert sorted(started) == ["a", "c", "x", "y", "z"]
+    assert started.index("c") < started.index("z"), started
+
+
 def two_slots_with_fillers(tmp_path: Path, children: str) -> tuple[Placer, Engine, Chains,
                                                                     dict[str, int]]:
     """a and b running on two slots, two fillers (priority 1) queued behind each, as

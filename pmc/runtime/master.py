@@ -290,8 +290,9 @@ class Master:
             self.recall(tid for tid in chains.queued if self.placer.fits_now(tid))
         for rank, specs in batches.items():
             self.send(rank, protocol.tasks(specs))
-        if self.placer.fresh:  # after the tasks just queued, which it may take back too
-            self.recall(self.placer.outranked())
+        back = self.placer.take_back()
+        if back:
+            self.recall(back)
 
     def tell_queued(self) -> None:
         """Observers hear how many tasks wait on workers, when it changed."""

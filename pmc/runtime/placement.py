@@ -52,6 +52,7 @@ class Placer:
         # master knows they run, so that one that kills its workers is told apart.
         self.never_queue: set[int] = set()
         self.fresh: list[int] = []  # tasks ready since the last round (``outranked``)
+        self.back: list[int] = []  # queued tasks to take back (``take_back``)
         self.for_free_slot: set[int] = set()  # ready tasks queued behind none
 
     def announce(self, task_ids: list[int], number: int) -> int:
@@ -179,6 +180,13 @@ class Placer:
         if scheduled and self.debug:
             log.debug(f"Scheduled {scheduled} tasks and deferred {engine.nready} tasks")
         if self.prefetch and engine.nready:
+            if self.fresh and engine.order is not None and engine.order.path_first:
+                # By the longest path, a task ready since the last round that outranks
+                # queued ones lies on a longer path than theirs: queued behind a task
+                # that has just started (the only chains with room, one queued a slot)
+                # it would wait for all of that task, where the first slot to free up
+                # takes it. It takes that slot, as below, before anything is queued.
+                self.back += self.outranked()
             self.prefetch_successors(batches, left)
         return batches
 
@@ -238,6 +246,14 @@ class Placer:
         """A task became ready while the run is under way (see ``outranked``)."""
         if self.prefetch and self.chains.limit == 1:
             self.fresh.append(task_id)
+
+    def take_back(self) -> list[int]:
+        """Queued tasks to ask back after a round of dispatch: those outranked by tasks
+        ready since the last round (``outranked``)."""
+        back, self.back = self.back, []
+        if self.fresh:  # after the tasks just queued, which may be taken back too
+            back += self.outranked()
+        return back
 
     def outranked(self) -> list[int]:
         """Queued tasks to ask back: those a task outranks that became ready since the
