@@ -182,10 +182,11 @@ class Placer:
         if self.prefetch and engine.nready:
             if self.fresh and engine.order is not None and engine.order.path_first:
                 # By the longest path, a task ready since the last round that outranks
-                # queued ones lies on a longer path than theirs: queued behind a task
-                # that has just started (the only chains with room, one queued a slot)
-                # it would wait for all of that task, where the first slot to free up
-                # takes it. It takes that slot, as below, before anything is queued.
+                # queued ones lies on a longer path than theirs. The only chains with
+                # room (one queued a slot) are behind tasks that have just started:
+                # queued there, it would wait for all of one. So it is held for the
+                # first slot to free up before anything is queued, and what it
+                # outranks is taken back.
                 self.back += self.outranked()
             self.prefetch_successors(batches, left)
         return batches
