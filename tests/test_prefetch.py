@@ -418,6 +418,15 @@ def outranked_dag(tmp_path: Path) -> Path:
                      "EDGE a c\n")
 
 
+def two_slots_start_order(mode: str, tmp_path: Path, dag: Path, *args: str) -> list[str]:
+    """Run ``dag`` on two slots (embedded or under MPI); the names its tasks wrote to
+    ``starts`` as they started, in that order."""
+    argv = ["run", dag.name, *args]
+    r = pmc([*argv, "--workers", "2"], tmp_path) if mode == "local" else pmc_mpi(3, argv, tmp_path)
+    assert r.returncode == 0, r.stderr
+    return (tmp_path / "starts").read_text().split()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["local", "mpi"])
 def test_a_task_ready_later_that_outranks_queued_ones_takes_the_first_free_slot(
@@ -426,67 +435,50 @@ def test_a_task_ready_later_that_outranks_queued_ones_takes_the_first_free_slot(
     # its place and c becomes ready, outranking the fillers still queued: they are taken
     # back, and c starts on the first slot to free up (when f0 ends), not behind a
     # filler queued there, nor behind b.
-    dag = outranked_dag(tmp_path)
-    args = ["run", dag.name, "--per-task-stdio"]
-    r = pmc([*args, "--workers", "2"], tmp_path) if mode == "local" else pmc_mpi(3, args, tmp_path)
-    assert r.returncode == 0, r.stderr
-    started = (tmp_path / "starts").read_text().split()
+    started = two_slots_start_order(mode, tmp_path, outranked_dag(tmp_path), "--per-task-stdio")
     assert sorted(started) == sorted(["a", "b", "c", *(f"f{i}" for i in range(6))])
     assert sorted(started[:started.index("c")]) == ["a", "b", "f0"]
     outs = sorted(p.name for p in tmp_path.glob("*.out.*"))
     assert outs == sorted(f"{name}.out.000" for name in started), "taken back: no try"
 
 
-def expected_dag(tmp_path: Path) -> Path:
-    # Critical-path order with every runtime given: long, short, next, then the fillers.
-    # Each task writes its name to `starts` as it starts.
-    def task(name: str, seconds: float) -> str:
-        return (f"TASK {name} --expected-runtime {seconds} "
-                f"/bin/sh -c 'echo {name} >> starts; sleep {seconds}'\n")
-    return write_dag(tmp_path / "expected.dag", task("long", 3) + task("short", 0.5) +
-                     task("next", 0.4) + "".join(task(f"f{i}", 0.3) for i in range(6)))
+def expected_task(name: str, expected: float, seconds: float) -> str:
+    """A task expected to run ``expected`` seconds that runs ``seconds`` and writes its
+    name to ``starts`` as it starts."""
+    return (f"TASK {name} --expected-runtime {expected} "
+            f"/bin/sh -c 'echo {name} >> starts; sleep {seconds}'\n")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["local", "mpi"])
 def test_with_runtimes_expected_the_next_task_waits_behind_the_slot_to_free_first(
         mode: str, tmp_path: Path) -> None:
-    # Two slots: long and short start; next, the first in the order of those left, is
-    # queued behind short (expected to end first), not behind long, which had room first.
-    # It starts when short ends, before any filler; behind long it would have waited
-    # while fillers took short's slot.
-    dag = expected_dag(tmp_path)
-    args = ["run", dag.name, "--schedule", "critical-path"]
-    r = pmc([*args, "--workers", "2"], tmp_path) if mode == "local" else pmc_mpi(3, args, tmp_path)
-    assert r.returncode == 0, r.stderr
-    started = (tmp_path / "starts").read_text().split()
+    # Two slots, critical-path order: long and short start; next, the first in the order
+    # of those left, is queued behind short (expected to end first), not behind long,
+    # which had room first. It starts when short ends, before any filler; behind long it
+    # would have waited while fillers took short's slot.
+    dag = write_dag(tmp_path / "expected.dag", "".join(
+        expected_task(name, s, s) for name, s in
+        [("long", 3), ("short", 0.5), ("next", 0.4), *((f"f{i}", 0.3) for i in range(6))]))
+    started = two_slots_start_order(mode, tmp_path, dag, "--schedule", "critical-path")
     assert sorted(started) == sorted(["long", "short", "next", *(f"f{i}" for i in range(6))])
     assert started.index("next") < min(started.index(f"f{i}") for i in range(6)), started
-
-
-def longer_path_dag(tmp_path: Path) -> Path:
-    # Critical-path order, paths from the runtimes given: a (then c, 5 s), x, y, z. y is
-    # expected to take 0.3 s but runs 3. Each task writes its name to `starts` as it starts.
-    def task(name: str, expected: float, seconds: float) -> str:
-        return (f"TASK {name} --expected-runtime {expected} "
-                f"/bin/sh -c 'echo {name} >> starts; sleep {seconds}'\n")
-    return write_dag(tmp_path / "longer.dag", task("a", 0.5, 0.5) + task("x", 2, 2) +
-                     task("y", 0.3, 3) + task("z", 0.2, 0.2) + task("c", 5, 0) + "EDGE a c\n")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["local", "mpi"])
 def test_by_the_longest_path_a_task_ready_later_takes_the_first_free_slot(
         mode: str, tmp_path: Path) -> None:
-    # Two slots: a and x start, y is queued behind a (expected to end first), z behind x.
-    # When a ends, y starts in its place and c becomes ready, its path the longest: a
-    # chain has room, behind y, which has just started (and runs 3 s), but c takes the
-    # first slot to free up, x's at 2 s, where z was queued (taken back): c before z.
-    dag = longer_path_dag(tmp_path)
-    args = ["run", dag.name, "--schedule", "critical-path"]
-    r = pmc([*args, "--workers", "2"], tmp_path) if mode == "local" else pmc_mpi(3, args, tmp_path)
-    assert r.returncode == 0, r.stderr
-    started = (tmp_path / "starts").read_text().split()
+    # Two slots, critical-path order, paths from the runtimes given: a (then c, 5 s),
+    # x, y, z. a and x start, y is queued behind a (expected to end first), z behind x.
+    # When a ends, y starts in its place (it runs 3 s, not the 0.3 expected) and c
+    # becomes ready, its path the longest. A chain has room, behind y, which has just
+    # started, but c takes the first slot to free up, x's at 2 s, where z was queued
+    # (taken back): c before z.
+    dag = write_dag(tmp_path / "longer.dag", expected_task("a", 0.5, 0.5) +
+                    expected_task("x", 2, 2) + expected_task("y", 0.3, 3) +
+                    expected_task("z", 0.2, 0.2) + expected_task("c", 5, 0) + "EDGE a c\n")
+    started = two_slots_start_order(mode, tmp_path, dag, "--schedule", "critical-path")
     assert sorted(started) == ["a", "c", "x", "y", "z"]
     assert started.index("c") < started.index("z"), started
 
