@@ -20,7 +20,10 @@ For each DAG the benchmark computes the zero-overhead list schedule: ``--slots``
 no cost to start, end or hand over a task, and at every moment the free slots take the
 ready tasks in the order pmc's engine takes them (higher priority first, then DAG order).
 Each runner's makespan — the wall time of the whole command, start-up and shutdown
-included — is then given as a ratio to that schedule. With ``--schedule critical-path``
+included — is then given as a ratio to that schedule; the reference's, to the same
+schedule with tasks of equal priority taken as the reference's ready queue takes them
+(``heap``: a heap on the priority alone, out of which they leave in an order set by when
+each came in, neither DAG order nor first-in-first-out). With ``--schedule critical-path``
 as a runner's flags, the ideal it is held against is the list schedule that orders by
 the longest remaining path (the task's own runtime and the longest chain of runtimes
 after it), which is also computed and shown; and beside it the same order with runtimes
@@ -30,7 +33,8 @@ transformation's mean runtime over the whole DAG, the tasks still taking their o
 (``given_schedule``): what an order told one figure per transformation can reach, as a
 catalog's runtime per transformation (Pegasus's ``runtime`` profile) would tell it.
 
-Runners (``--runners``), in one round each by turns, rounds interleaved:
+Runners (``--runners``), in one round each by turns, rounds interleaved (each run's
+makespan printed as it ends, a ``# round`` line; the table gives the medians):
 - ``embedded``: ``pmc run --workers SLOTS --host-cpus SLOTS`` (no MPI);
 - ``dropin``: ``mpiexec -n SLOTS+1 pegasus-mpi-cluster --host-cpus SLOTS`` (the pip MPI);
 - ``reference``: the reference under ``/usr/bin/mpiexec.openmpi -n SLOTS+1`` (with
@@ -64,6 +68,8 @@ RECIPES = ("montage", "epigenomics", "seismology", "cycles", "soykb", "genome", 
 RUNNERS = ("embedded", "dropin", "reference", "critical", "critical-given")
 DEFAULT_RUNNERS = "embedded,dropin,reference,critical"
 PATH_RUNNERS = ("critical", "critical-given")  # held against the longest-path schedule
+HELD = ("ideal", "heap", "path")  # the zero-overhead schedules, as the table's columns
+HELD_AGAINST = {"reference": "heap", **dict.fromkeys(PATH_RUNNERS, "path")}  # else ideal
 
 
 @dataclass
@@ -182,35 +188,111 @@ def write_dag(path: Path, shape: Shape, expected: Sequence[float] | None = None)
             f.write(f"EDGE {shape.names[p]} {shape.names[c]}\n")
 
 
-def list_schedule(shape: Shape, slots: int, key: Callable[[int], object],
-                  learn: Callable[[list[int]], None] | None = None) -> float:
+class Keyed:
+    """Ready tasks taken smallest ``key`` first (pmc's engine: priority, then DAG order)."""
+
+    def __init__(self, key: Callable[[int], object]) -> None:
+        self.key = key
+        self.heap: list[tuple[object, int]] = []
+
+    def __len__(self) -> int:
+        return len(self.heap)
+
+    def push(self, t: int) -> None:
+        heapq.heappush(self.heap, (self.key(t), t))
+
+    def pop(self) -> int:
+        return heapq.heappop(self.heap)[1]
+
+    def rekey(self) -> None:
+        self.heap = [(self.key(t), t) for _, t in self.heap]
+        heapq.heapify(self.heap)
+
+
+class PriorityHeap:
+    """Ready tasks as the reference's ready queue takes them: a binary max-heap on the
+    priority alone (C++'s ``std::priority_queue`` with libstdc++'s ``push_heap`` and
+    ``pop_heap``), so tasks of equal priority leave in an order set by when each came
+    in, neither first-in-first-out nor DAG order."""
+
+    def __init__(self, priority: Sequence[int]) -> None:
+        self.priority = priority
+        self.heap: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.heap)
+
+    def _sift_up(self, hole: int, value: int) -> None:
+        heap, p = self.heap, self.priority
+        parent = (hole - 1) // 2
+        while hole > 0 and p[heap[parent]] < p[value]:  # strictly: an equal one stays
+            heap[hole] = heap[parent]
+            hole, parent = parent, (parent - 1) // 2
+        heap[hole] = value
+
+    def push(self, t: int) -> None:
+        self.heap.append(t)
+        self._sift_up(len(self.heap) - 1, t)
+
+    def pop(self) -> int:
+        # The top goes; the hole it leaves walks down to a leaf by the greater child
+        # (the right one of two equal), and the last element is sifted up from there.
+        heap, p = self.heap, self.priority
+        top, last = heap[0], heap.pop()
+        n = len(heap)
+        if not n:
+            return top
+        hole = child = 0
+        while child < (n - 1) // 2:
+            child = 2 * (child + 1)
+            if p[heap[child]] < p[heap[child - 1]]:
+                child -= 1
+            heap[hole] = heap[child]
+            hole = child
+        if n % 2 == 0 and child == (n - 2) // 2:
+            child = 2 * (child + 1)
+            heap[hole] = heap[child - 1]
+            hole = child - 1
+        self._sift_up(hole, last)
+        return top
+
+
+def list_schedule(shape: Shape, slots: int, order: Callable[[int], object] | PriorityHeap,
+                  learn: Callable[[list[int]], None] | None = None,
+                  started: list[int] | None = None) -> float:
     """The makespan of the zero-overhead list schedule on ``slots`` slots, ready tasks
-    taken smallest ``key`` first. ``learn``, when given, is told of the tasks that end at
-    each moment, and the ready tasks are then keyed again (what it learned may change
-    their keys)."""
+    taken smallest ``order`` first (a key), or as a ``PriorityHeap`` gives them. The tasks
+    come in as the reference's engine readies them: the roots by name, then each ended
+    task's children in EDGE order. ``learn``, when given, is told of the tasks that end
+    at each moment, and the ready tasks are then keyed again (what it learned may change
+    their keys). ``started``, when given, gets the tasks in the order they start."""
     children = shape.children()
     waiting = shape.parents()
-    ready = [(key(t), t) for t in range(len(shape.names)) if waiting[t] == 0]
-    heapq.heapify(ready)
+    ready = order if isinstance(order, PriorityHeap) else Keyed(order)
+    names = shape.names
+    for t in sorted((t for t in range(len(names)) if waiting[t] == 0), key=names.__getitem__):
+        ready.push(t)
     running: list[tuple[float, int]] = []  # (end, task)
     now = 0.0
     while ready or running:
         while ready and len(running) < slots:
-            _, t = heapq.heappop(ready)
+            t = ready.pop()
+            if started is not None:
+                started.append(t)
             heapq.heappush(running, (now + shape.runtimes[t], t))
         now, t = heapq.heappop(running)
         ended = [t]
         while running and running[0][0] == now:
             ended.append(heapq.heappop(running)[1])
         if learn is not None:
+            assert isinstance(ready, Keyed)  # a key learns; the heap's order is its own
             learn(ended)
-            ready = [(key(t), t) for _, t in ready]
-            heapq.heapify(ready)
+            ready.rekey()
         for t in ended:
             for c in children[t]:
                 waiting[c] -= 1
                 if waiting[c] == 0:
-                    heapq.heappush(ready, (key(c), c))
+                    ready.push(c)
     return now
 
 
@@ -250,6 +332,12 @@ def given_schedule(shape: Shape, slots: int) -> float:
     levels = shape.levels()
     bottom = shape.bottom_levels(shape.kind_means())
     return list_schedule(shape, slots, lambda t: (-bottom[t], -levels[t], t))
+
+
+def reference_schedule(shape: Shape, slots: int) -> float:
+    """The zero-overhead makespan by priority, tasks of equal priority taken as the
+    reference's heap takes them (``PriorityHeap``): what its runs are held against."""
+    return list_schedule(shape, slots, PriorityHeap(shape.levels()))
 
 
 def given_dag(dag: Path) -> Path:
@@ -323,45 +411,50 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"# machine: {machine()}")
     print(f"# {args.tasks} tasks a recipe, {args.work:g} s of work on {args.slots} slots, "
           f"seed {args.seed}, rounds {args.rounds}")
-    dags: dict[str, tuple[Path, float, float, int, int]] = {}
+    dags: dict[str, tuple[Path, dict[str, float], int]] = {}
     for recipe in args.recipes.split(","):
         shape = make_shape(recipe, args.tasks, args.seed).scaled(args.work, args.slots)
         path = where / f"{recipe}.dag"
         write_dag(path, shape)
         write_dag(given_dag(path), shape, shape.kind_means())
         best, best_path = ideals(shape, args.slots)
-        dags[recipe] = (path, best, best_path, len(shape.names), len(shape.edges))
+        heap = reference_schedule(shape, args.slots)
+        held = {"ideal": best, "path": best_path, "heap": heap}
+        dags[recipe] = (path, held, len(shape.names))
         learned = learned_schedule(shape, args.slots)
         given = given_schedule(shape, args.slots)
         print(f"# {recipe}: {len(shape.names)} tasks, {len(shape.edges)} edges, ideal "
-              f"{best:.2f} s by priority, {best_path:.2f} s by longest path, "
+              f"{best:.2f} s by priority ({heap:.2f} s with equal priorities taken as the "
+              f"reference's heap takes them), {best_path:.2f} s by longest path, "
               f"{learned:.2f} s by longest path learned per transformation "
               f"({learned / best_path:.3f}x), {given:.2f} s by longest path of the "
               f"transformations' means ({given / best_path:.3f}x)", flush=True)
     walls: dict[tuple[str, str], list[float]] = {}
     if not args.ideal_only:
-        for _ in range(args.rounds):
+        for round_ in range(1, args.rounds + 1):
             for recipe, (path, *_rest) in dags.items():
                 for runner in runners:
                     dag = given_dag(path) if runner == "critical-given" else path
                     wall = run_once(runner, dag, args.slots, args.reference)
                     walls.setdefault((recipe, runner), []).append(wall)
-    print(f"{'recipe':<12}{'tasks':>6}{'ideal':>8}{'path':>8}"
+                    print(f"# round {round_}: {recipe} {runner} {wall:.2f} s", flush=True)
+    print(f"{'recipe':<12}{'tasks':>6}{'ideal':>8}{'heap':>8}{'path':>8}"
           + "".join(f"{r:>20}" for r in runners))
     worst: dict[str, float] = {}
-    for recipe, (_, best, best_path, ntasks, _e) in dags.items():
+    for recipe, (_, held, ntasks) in dags.items():
         cells = []
         for runner in runners:
             got = walls.get((recipe, runner))
             if not got:
                 cells.append(f"{'-':>20}")
                 continue
-            ideal = best_path if runner in PATH_RUNNERS else best
+            ideal = held[HELD_AGAINST.get(runner, "ideal")]
             m = median(got)
             ratio = m / ideal
             worst[runner] = max(worst.get(runner, 0.0), ratio)
             cells.append(f"{m:>11.2f} s {ratio:>5.3f}x")
-        print(f"{recipe:<12}{ntasks:>6}{best:>8.2f}{best_path:>8.2f}" + "".join(cells))
+        print(f"{recipe:<12}{ntasks:>6}" + "".join(f"{held[k]:>8.2f}" for k in HELD)
+              + "".join(cells))
     print("SUMMARY " + json.dumps({"worst_ratio": worst, "dags": str(where)}))
 
 

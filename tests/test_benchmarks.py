@@ -281,3 +281,25 @@ def test_shapes_critical_given_runs_its_dag(tmp_path: Path) -> None:
     run_once("critical-given", dag, 2, None)
     done = (tmp_path / "hand.given.dag.rescue").read_text().split("\n")
     assert sorted(done) == ["", "DONE a", "DONE b", "DONE c"]
+
+
+def test_shapes_reference_heap_takes_equal_priorities_out_of_dag_order() -> None:
+    from shapes import PriorityHeap, Shape, ideals, reference_schedule
+
+    # Four of equal priority: the top leaves; the hole walks down by the right child of
+    # two equal ones and the last task fills it: 0, 2, 1, 3.
+    heap = PriorityHeap([0, 0, 0, 0])
+    for t in range(4):
+        heap.push(t)
+    assert [heap.pop() for _ in range(4)] == [0, 2, 1, 3]
+    # A higher priority leaves first; the rest as the heap has them then.
+    heap = PriorityHeap([0, 0, 5, 0, 0])
+    for t in range(5):
+        heap.push(t)
+    assert [heap.pop() for _ in range(5)] == [2, 0, 4, 1, 3]
+    # Roots a-d (1 s), c -> e (3 s), on 2 slots. In DAG order a and b go first, e starts
+    # at 2 and ends at 5; the heap gives a and c, e starts at 1 and ends at 4.
+    shape = Shape("hand", ["a", "b", "c", "d", "e"], ["k"] * 5, [1.0, 1.0, 1.0, 1.0, 3.0],
+                  [(2, 4)])
+    assert ideals(shape, 2)[0] == 5.0
+    assert reference_schedule(shape, 2) == 4.0
