@@ -19,7 +19,7 @@ from shapes import PriorityHeap, Shape, list_schedule
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(180)]
 
 # Eight roots of priority 0; r0's children come back in EDGE order (c3, c1, c2) into a
-# heap that still holds six roots; r1's child x outranks everything left.
+# heap that still holds seven roots; r1's child x outranks everything left.
 NAMES = ["r0", "r1", "r2", "r3", "r4", "r5", "r6", "r7", "c1", "c2", "c3", "x"]
 PRIORITY = [0] * 11 + [1]
 EDGES = [(0, 10), (0, 8), (0, 9), (1, 11)]
