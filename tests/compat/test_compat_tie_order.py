@@ -32,8 +32,8 @@ def one_slot(order: PriorityHeap | None) -> list[str]:
     priority then DAG order."""
     shape = Shape("ties", NAMES, ["true"] * len(NAMES), [1.0] * len(NAMES), EDGES)
     started: list[int] = []
-    by_dag = lambda t: (-PRIORITY[t], t)  # noqa: E731
-    list_schedule(shape, 1, by_dag if order is None else order, started=started)
+    list_schedule(shape, 1, order if order is not None else lambda t: (-PRIORITY[t], t),
+                  started=started)
     return [NAMES[t] for t in started]
 
 
