@@ -267,13 +267,13 @@ def resolve(path: str, size: int, chunk: int, asked: _Asked) -> None:
             data = os.pread(f.fileno(), length, offset)
             if len(data) != length:
                 raise DagError(path, None, "the DAG file changed")
-            edges = _edges(path, data, index)
+            parents, children, back = _edges(path, data, index)
             done = offset
-            if not edges[0]:
+            if not parents:
                 continue
-            backward = backward or any(map(ge, *edges))
-            nedges += len(edges[0])
-            held.append(edges)
+            backward = backward or back
+            nedges += len(parents)
+            held.append((parents, children))
             if asked.split >= 0:  # answered: from now on each run goes as it is resolved
                 frames = frames or _Frames(asked.out.fileno())
                 for run in held:
@@ -328,9 +328,11 @@ def _names(path: str, data: bytes, index: dict[bytes, int], ntasks: int) -> int:
     return ntasks
 
 
-def _edges(path: str, data: bytes, index: dict[bytes, int]) -> tuple[array[int], array[int]]:
-    """A run's EDGE records as (parents, children); DagError (or KeyError) for a bad one:
-    a self edge, an unknown name, a line with more or fewer than two names."""
+def _edges(path: str, data: bytes, index: dict[bytes, int],
+           ) -> tuple[array[int], array[int], bool]:
+    """A run's EDGE records as (parents, children, whether one points backward); DagError
+    (or KeyError) for a bad one: a self edge, an unknown name, a line with more or fewer
+    than two names."""
     fields = data.split() if not any(odd in data for odd in _ODD_BLANKS) else []
     n = len(fields) // 3
     # A run of nothing but EDGE records of two names each, split in one go: n lines, 3n
@@ -352,9 +354,11 @@ def _edges(path: str, data: bytes, index: dict[bytes, int]) -> tuple[array[int],
     find = index.__getitem__
     parents = array("I", map(find, parents_named))
     children = array("I", map(find, children_named))
-    if any(map(eq, parents, children)):
+    # A self edge points backward too: most DAGs have neither, and take one pass.
+    backward = any(map(ge, parents, children))
+    if backward and any(map(eq, parents, children)):
         raise DagError(path, None, "self edge")
-    return parents, children
+    return parents, children, backward
 
 
 def main(argv: list[str]) -> int:

@@ -109,19 +109,6 @@ def read_runs(path: str, f: BinaryIO, chunk: int) -> Iterator[tuple[int, bytes]]
             return
 
 
-def read_blocks(path: str, f: BinaryIO, chunk: int) -> Iterator[tuple[int, int, bytes, list[str]]]:
-    """Yield (offset, lines before, data, lines) for the runs of ``read_runs``: the run's
-    first byte in the file, the number of lines before it, its bytes and its decoded
-    lines. A NUL byte or invalid UTF-8 raises DagError after the lines before it."""
-    before = 0
-    for offset, data in read_runs(path, f, chunk):
-        lines, error = decode_block(path, before, data)
-        yield offset, before, data, lines
-        if error is not None:
-            raise error
-        before += len(lines)
-
-
 def decode_block(path: str, before: int, data: bytes) -> tuple[list[str], DagError | None]:
     """The lines of ``data`` (a run of whole lines, ``before`` lines into the file) up to
     the first bad one, and the error for that one (None: none is bad)."""

@@ -18,7 +18,15 @@ from typing import BinaryIO, cast
 from pmc.dag import arrays as task_arrays
 from pmc.dag import edgehelper
 from pmc.dag.graph import EdgeTally, build_dag
-from pmc.dag.lines import edge_ids, is_plain, read_blocks, reason, show, split_fields
+from pmc.dag.lines import (
+    decode_block,
+    edge_ids,
+    is_plain,
+    read_runs,
+    reason,
+    show,
+    split_fields,
+)
 from pmc.dag.model import (
     DAG,
     DEFAULT_OPTIONS,
@@ -102,9 +110,8 @@ def _parse(path: str, f: BinaryIO, helper: edgehelper.EdgeHelper | None = None) 
     reader = _Reader(path, lazy=helper is not None)
     take = reader.take
     split = -1  # the byte offset from which EDGE lines are the helper's; -1: none are
-    nlines = 0
-    for offset, before, data, lines in read_blocks(path, f, _CHUNK):
-        nlines = before + len(lines)
+    nlines = 0  # the lines before this block
+    for offset, data in read_runs(path, f, _CHUNK):
         theirs = False  # are this block's EDGE lines the helper's?
         if helper is not None:
             if split < 0 and b"EDGE" in data:
@@ -114,10 +121,19 @@ def _parse(path: str, f: BinaryIO, helper: edgehelper.EdgeHelper | None = None) 
                     helper = None
                     reader.need_index()
             theirs = 0 <= split <= offset
-            if theirs and data.startswith(b"EDGE ") + data.count(b"\nEDGE ") == len(lines):
-                continue  # nothing but the helper's EDGE lines
+            count = data.count(b"\n") + (not data.endswith(b"\n"))
+            if theirs and data.startswith(b"EDGE ") + data.count(b"\nEDGE ") == count:
+                # Nothing but the helper's EDGE lines, not even decoded: a NUL or a byte
+                # that is not UTF-8 there is in a name no TASK line has, which fails the
+                # helper, and the parse alone then reports it.
+                nlines += count
+                continue
+        lines, error = decode_block(path, nlines, data)
         quoting = b"'" in data or b'"' in data or b"\\" in data
-        take(before, lines, is_plain(data), quoting, theirs)
+        take(nlines, lines, is_plain(data), quoting, theirs)
+        if error is not None:
+            raise error
+        nlines += len(lines)
         if helper is not None and reader.arrays:
             # EDGE lines naming arrays are the reader's alone: parse on without the
             # helper (or again, alone, should it have taken some already).
