@@ -297,6 +297,28 @@ def test_edges_past_the_pipes_size_by_parent(tmp_path: Path, helped: Helped, lat
     assert helped.edges == got.edge_count() and helped.edges * 8 > 1 << 20  # a MiB
 
 
+@pytest.mark.parametrize("same_block", [False, True])
+def test_an_edge_to_a_task_defined_below_it(tmp_path: Path, helped: Helped,
+                                            late: bool, same_block: bool) -> None:
+    # The helper indexes every name before it resolves an EDGE line, but an EDGE line may
+    # name only tasks defined above it: the error a parse alone reports, wherever the
+    # line falls (a run of EDGE lines, or one with the TASK line below it).
+    text = fan(300) + "EDGE t5 late\n" + ("" if same_block else "EDGE t1 t7\n" * 8)
+    path = write(tmp_path, text + "TASK late /bin/true\n")
+    with pytest.raises(DagError) as info:
+        parse_dag(path)
+    assert str(info.value) == error_alone(path)
+    assert "EDGE names unknown task 'late'" in str(info.value)
+
+
+def test_ids_of_names() -> None:
+    index = {b"a": 1, b"b": 2}
+    assert [list(edgehelper._ids(index, names)) for names in ([], [b"a"], [b"b", b"a", b"b"])
+            ] == [[], [1], [2, 1, 2]]
+    with pytest.raises(KeyError):
+        edgehelper._ids(index, [b"a", b"c"])
+
+
 @pytest.mark.parametrize("cut", [1, 4, 5, 9])
 def test_tally_from_the_end_back_is_the_tally_of_all(cut: int) -> None:
     """Runs counted from the end of the file back count as the whole at once; edges in
@@ -318,8 +340,9 @@ def test_tally_from_the_end_back_is_the_tally_of_all(cut: int) -> None:
 @given(st.integers(2, 60), st.lists(st.tuples(st.integers(0, 59), st.integers(0, 59)),
                                     max_size=120), st.integers(0, 3))
 def test_any_dag(n: int, pairs: list[tuple[int, int]], spread: int) -> None:
-    # Random tasks, edges (any direction, repeats, self edges, unknown names) and
-    # TASK lines spread among the EDGE lines: the same DAG or the same error.
+    # Random tasks, edges (any direction, repeats, self edges, unknown names, names
+    # defined below) and TASK lines spread among the EDGE lines: the same DAG or the
+    # same error.
     import tempfile
 
     lines = [f"TASK t{i} /bin/true {'x' * (i % 7)}\n" for i in range(n)]
@@ -327,6 +350,8 @@ def test_any_dag(n: int, pairs: list[tuple[int, int]], spread: int) -> None:
         lines.append(f"EDGE t{p} t{c}\n")
         if spread and k % (spread + 3) == 0:
             lines.append(f"TASK late{k} /bin/true\n")
+        if spread and p % 11 == 0:  # a late task, defined above or (an error) below
+            lines.append(f"EDGE t{c} late{k - k % (spread + 3) + (spread + 3) * (p % 2)}\n")
     with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as mp:
         mp.setattr(edgehelper, "MIN_BYTES", 0)
         mp.setattr(dagmod, "_CHUNK", 64)

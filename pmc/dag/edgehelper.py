@@ -46,6 +46,7 @@ import time
 from array import array
 from collections import deque
 from collections.abc import Sequence
+from itertools import repeat
 from operator import eq, ge, itemgetter
 from typing import IO
 
@@ -237,7 +238,8 @@ def resolve(path: str, size: int, chunk: int, asked: _Asked) -> None:
     index: dict[bytes, int] = {}
     ntasks = 0
     nlines = 0
-    blocks: list[tuple[int, int]] = []  # offset and bytes of each run from the first "EDGE"
+    # Offset, bytes and the tasks defined before it, of each run from the first "EDGE"
+    blocks: list[tuple[int, int, int]] = []
     indexing = 0.0
     with open(path, "rb") as f:
         for offset, data in read_runs(path, f, chunk):
@@ -245,7 +247,7 @@ def resolve(path: str, size: int, chunk: int, asked: _Asked) -> None:
             if asked.first_edges < 0 and b"EDGE" in data:
                 asked.first_edges = offset
             if asked.first_edges >= 0:
-                blocks.append((offset, len(data)))
+                blocks.append((offset, len(data), ntasks))
             if b"TASK" in data:
                 started = time.perf_counter()
                 ntasks = _names(path, data, index, ntasks)
@@ -258,7 +260,7 @@ def resolve(path: str, size: int, chunk: int, asked: _Asked) -> None:
         held: list[tuple[array[int], array[int]]] = []  # resolved before the answer
         frames: _Frames | None = None
         started = time.perf_counter()
-        for offset, length in reversed(blocks):
+        for offset, length, before in reversed(blocks):
             if done < size:
                 asked.rate = (size - done) / (time.perf_counter() - started)
             asked.poll(done)
@@ -267,7 +269,10 @@ def resolve(path: str, size: int, chunk: int, asked: _Asked) -> None:
             data = os.pread(f.fileno(), length, offset)
             if len(data) != length:
                 raise DagError(path, None, "the DAG file changed")
-            parents, children, back = _edges(path, data, index)
+            # (An EDGE line may name only tasks defined above it: a look where any is
+            # defined below.)
+            parents, children, back = _edges(path, data, index,
+                                             before if before < ntasks else -1)
             done = offset
             if not parents:
                 continue
@@ -328,13 +333,15 @@ def _names(path: str, data: bytes, index: dict[bytes, int], ntasks: int) -> int:
     return ntasks
 
 
-def _edges(path: str, data: bytes, index: dict[bytes, int],
+def _edges(path: str, data: bytes, index: dict[bytes, int], defined: int = -1,
            ) -> tuple[array[int], array[int], bool]:
     """A run's EDGE records as (parents, children, whether one points backward); DagError
-    (or KeyError) for a bad one: a self edge, an unknown name, a line with more or fewer
-    than two names."""
+    (or KeyError) for a bad one: a self edge, an unknown name, a name defined below it, a
+    line with more or fewer than two names. ``defined``: the tasks defined before the run
+    where some are defined after it; -1 where none is."""
     fields = data.split() if not any(odd in data for odd in _ODD_BLANKS) else []
     n = len(fields) // 3
+    limits = None  # the tasks defined above each EDGE line, where TASK lines are among them
     # A run of nothing but EDGE records of two names each, split in one go: n lines, 3n
     # fields, and n times "EDGE" in the run, each at a line's start and each the field
     # at 0, 3, 6...: so each line is one record's three fields.
@@ -344,15 +351,25 @@ def _edges(path: str, data: bytes, index: dict[bytes, int],
         parents_named, children_named = fields[1::3], fields[2::3]
     else:
         parents_named, children_named = [], []
+        limits = array("I")
         for line in data.split(b"\n"):
             fields = _fields(line)
-            if fields and fields[0] == b"EDGE":
+            if not fields:
+                continue
+            if fields[0] == b"TASK":
+                defined += defined >= 0
+            elif fields[0] == b"EDGE":
                 if len(fields) != 3:
                     raise DagError(path, None, "EDGE needs a parent and a child")
                 parents_named.append(fields[1])
                 children_named.append(fields[2])
+                limits.append(max(defined, 0))
     parents = _ids(index, parents_named)
     children = _ids(index, children_named)
+    if defined >= 0:
+        above = repeat(defined) if limits is None else limits
+        if any(map(ge, parents, above)) or any(map(ge, children, above)):
+            raise DagError(path, None, "EDGE names a task defined below it")
     # A self edge points backward too: most DAGs have neither, and take one pass.
     backward = any(map(ge, parents, children))
     if backward and any(map(eq, parents, children)):
