@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 import time
 from array import array
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -41,9 +42,10 @@ def helped(monkeypatch: pytest.MonkeyPatch) -> Helped:
     result = edgehelper.EdgeHelper.result
 
     def counted(self: edgehelper.EdgeHelper, lines: int, tasks: int, parents: array[int],
-                children: array[int], tally: EdgeTally) -> bool | None:
+                children: array[int], tally: EdgeTally,
+                idle: Callable[[], bool] | None = None) -> bool | None:
         before = len(parents)
-        got = result(self, lines, tasks, parents, children, tally)
+        got = result(self, lines, tasks, parents, children, tally, idle)
         if got is None:
             counts.failed += 1
         else:
@@ -99,10 +101,14 @@ def fan(n: int) -> str:
 
 
 def test_helper_gives_the_same_dag(tmp_path: Path, helped: Helped) -> None:
-    path = write(tmp_path, fan(300))
-    assert shape(parse_dag(path)) == shape(alone(path))
+    text = "".join(f"TASK o{i} -m {i % 3} -p {i % 2} /bin/true\n" for i in range(50))
+    path = write(tmp_path, text + fan(300))
+    got = parse_dag(path)
+    assert shape(got) == shape(alone(path))
     assert helped.edges > 100 and not helped.failed
     assert helped.alone == 1  # alone() only: the helped parse did not start again
+    # The tasks' distinct options, counted while the helper was awaited, as alone.
+    assert got.option_kinds() == alone(path).option_kinds() and len(got.option_kinds()) == 6
 
 
 MIXED = """\

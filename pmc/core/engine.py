@@ -179,8 +179,11 @@ class Engine:
         # the distinct ones among the roots are few, whatever their number.
         tasks, order = self.dag.tasks, self.order
         heads = roots + [first for first, _end in runs] if runs else roots
+        # Where every task has the same options the roots have them too, no look needed.
+        every = self.dag.option_kinds()
         kinds = {(request_of(o), o.priority)
-                 for o in set(map(options_of, map(tasks.__getitem__, heads)))}
+                 for o in (every if len(every) == 1 and heads
+                           else set(map(options_of, map(tasks.__getitem__, heads))))}
         if len(kinds) == 1 and order is None and not runs:
             # The usual case: one class, one priority. Keys ascend with the id, and a
             # sorted list is already a heap: the very list of the roots, which the master

@@ -45,7 +45,7 @@ import sys
 import time
 from array import array
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import repeat
 from operator import eq, ge, itemgetter
 from typing import IO
@@ -97,15 +97,17 @@ class EdgeHelper:
         return _OFFSET.unpack(answer)[0] if len(answer) == _OFFSET.size else -1
 
     def result(self, lines: int, tasks: int, parents: array[int], children: array[int],
-               tally: EdgeTally) -> bool | None:
+               tally: EdgeTally, idle: Callable[[], bool] | None = None) -> bool | None:
         """Append the helper's edges to ``parents`` and ``children``, counted into
         ``tally`` as they come, and say whether one points backward; None when it has no
         edges for a file of ``lines`` lines and ``tasks`` TASK records as the parser read
-        it (the arrays and the tally are then spoilt)."""
+        it (the arrays and the tally are then spoilt). Whenever no edges have come,
+        ``idle`` does a little of the parser's other work (until it says there is no
+        more)."""
         out = self.proc.stdout
         assert out is not None
         with out:
-            backward = _read(out, lines, tasks, parents, children, tally)
+            backward = _read(out, lines, tasks, parents, children, tally, idle)
         return backward if self.proc.wait() == 0 else None
 
     def stop(self) -> None:
@@ -122,10 +124,17 @@ class EdgeHelper:
 
 
 def _read(out: IO[bytes], lines: int, tasks: int, parents: array[int],
-          children: array[int], tally: EdgeTally) -> bool | None:
+          children: array[int], tally: EdgeTally,
+          idle: Callable[[], bool] | None) -> bool | None:
     runs: list[tuple[array[int], array[int]]] = []  # from the end of the file back
     try:
-        while len(head := out.read(_FRAME.size)) == _FRAME.size:
+        while True:
+            # (A frame may wait in the reader's buffer while the pipe is empty: then
+            # one step of idle work comes first, no more.)
+            if idle is not None and not select.select([out], [], [], 0)[0] and not idle():
+                idle = None
+            if len(head := out.read(_FRAME.size)) < _FRAME.size:
+                return None  # cut short
             (n,) = _FRAME.unpack(head)
             if n == _END:
                 break
@@ -134,8 +143,6 @@ def _read(out: IO[bytes], lines: int, tasks: int, parents: array[int],
             run[1].fromfile(out, n)
             tally.add_before(*run)
             runs.append(run)
-        else:
-            return None
     except (EOFError, IndexError):  # cut short, or a task id beyond this parse's tasks
         return None
     header = out.read(_HEADER.size)

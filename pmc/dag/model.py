@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from itertools import islice
 from operator import attrgetter
 from typing import Any, NamedTuple, Protocol, cast
 
@@ -55,6 +57,7 @@ DEFAULT_OPTIONS = TaskOptions()
 # a join asks for nothing and takes no time.
 JOIN_OPTIONS = TaskOptions(cpus=0, expected_runtime=0.0)
 new_task = object.__new__  # a Task with no attributes set, for the parse loop
+_changes = [0]  # options set on a Task after it was made (Optioned._set)
 
 
 class Optioned:
@@ -72,6 +75,7 @@ class Optioned:
     def _set(self, **changes: Any) -> None:
         """A Task's option set (its TaskOptions, shared, are replaced, never changed)."""
         object.__setattr__(self, "_options", self._options._replace(**changes))
+        _changes[0] += 1  # every DAG counts its tasks' options again (DAG.option_kinds)
 
     @property
     def memory(self) -> int:
@@ -381,8 +385,8 @@ class DAG:
     each join the array's join placeholder; ``index`` holds no member (a member's id is
     found by arithmetic, ``id_of``). ``len(dag)`` counts ids, ``ntasks`` the tasks."""
 
-    __slots__ = ("_index", "arrays", "child_list", "child_start", "made", "nparents",
-                 "path", "tasks")
+    __slots__ = ("_changes", "_counted", "_index", "_kinds", "arrays", "child_list",
+                 "child_start", "made", "nparents", "path", "tasks")
 
     def __init__(
         self,
@@ -407,6 +411,26 @@ class DAG:
         self.nparents = nparents
         # By name, in DAG order: the reader's dict itself (an open run adds to it).
         self.arrays = cast(dict[str, ArrayRange], arrays) if arrays else {}
+        self._kinds: set[TaskOptions] = set()  # the distinct options of the first tasks:
+        self._counted = 0  # of so many
+        self._changes = _changes[0]  # while no option was set since
+
+    def counted_kinds(self, kinds: set[TaskOptions], counted: int) -> None:
+        """The distinct options of the first ``counted`` tasks, counted already (a big
+        DAG's reader counts them while it waits for its edge helper)."""
+        self._kinds, self._counted = kinds, counted
+
+    def option_kinds(self) -> AbstractSet[TaskOptions]:
+        """The distinct options of every task (a task array's members: the array's; its
+        joins: JOIN_OPTIONS). Counted once, and a task added since when asked again: ten
+        million tasks take a second."""
+        if self._changes != _changes[0]:  # an option set since: count again
+            self._kinds, self._counted, self._changes = set(), 0, _changes[0]
+        tasks = self.tasks
+        if self._counted < len(tasks):
+            self._kinds.update(map(options_of, islice(tasks, self._counted, None)))
+            self._counted = len(tasks)
+        return self._kinds
 
     def __len__(self) -> int:
         return len(self.tasks)

@@ -36,6 +36,7 @@ from pmc.dag.model import (
     TaskOptions,
     name_index,
     new_task,
+    options_of,
     parsed_classes,
 )
 from pmc.dag.taskline import SIMPLE_OPTIONS, option_values, parse_task, pegasus_seq
@@ -48,6 +49,8 @@ _NOT_CMD = "- \t\r"  # what a command cannot start with ("" is in it too: no com
 # common. Past this many, a task with options no line before had gets a TaskOptions of
 # its own (~100 bytes).
 _KNOWN_OPTIONS = 1 << 16
+# Tasks whose options count_kinds counts at a time: ~10 ms, between two runs of edges.
+_KINDS_STEP = 1 << 17
 # Bytes read and decoded at a time. Small enough that a block's bytes, text and lines
 # stay in the CPU's cache while its lines are parsed, and that these short-lived buffers
 # leave no holes in the heap: a megabyte cost a million-task parse 10 MB of peak RSS.
@@ -152,7 +155,7 @@ def _parse(path: str, f: BinaryIO, helper: edgehelper.EdgeHelper | None = None) 
         ours = len(reader.parents)
         tally = EdgeTally(len(reader.tasks))
         theirs_backward = helper.result(nlines, len(reader.tasks), reader.parents,
-                                        reader.children, tally)
+                                        reader.children, tally, reader.count_kinds)
         if theirs_backward is None:
             raise _HelperFailed
         backward = backward or theirs_backward
@@ -165,7 +168,10 @@ def _parse(path: str, f: BinaryIO, helper: edgehelper.EdgeHelper | None = None) 
     # build_dag lets each of these go once it is used up: nothing else may hold them.
     edges = [reader.parents, reader.children, reader.edge_lines]
     reader.parents = reader.children = reader.edge_lines = array("I")
-    return build_dag(path, reader.tasks, reader.index, edges, backward, reader.arrays, tally)
+    dag = build_dag(path, reader.tasks, reader.index, edges, backward, reader.arrays, tally)
+    if reader.counted:
+        dag.counted_kinds(reader.kinds, reader.counted)
+    return dag
 
 
 class _Reader:
@@ -176,9 +182,9 @@ class _Reader:
     does: the loop over a million lines is the parse's cost, and every attribute or
     call inside it would be paid per line."""
 
-    __slots__ = ("arrays", "backward", "children", "edge_lines", "index", "last_command",
-                 "lines", "options", "parents", "path", "pegasus", "pegasus_task", "plain_task",
-                 "tasks")
+    __slots__ = ("arrays", "backward", "children", "counted", "edge_lines", "index", "kinds",
+                 "last_command", "lines", "options", "parents", "path", "pegasus",
+                 "pegasus_task", "plain_task", "tasks")
 
     def __init__(self, path: str, lazy: bool = False) -> None:
         self.path = path
@@ -197,6 +203,8 @@ class _Reader:
         self.arrays: dict[str, task_arrays.Array] = {}  # task arrays (a pmc extension)
         self.lines = array("I")  # the line of each id (see Task.line)
         self.plain_task, self.pegasus_task = parsed_classes(self.lines)
+        self.kinds: set[TaskOptions] = set()  # the distinct options of the first tasks:
+        self.counted = 0  # of so many (DAG.option_kinds)
 
     def take(self, before: int, lines: list[str], plain: bool, quoting: bool,
              theirs: bool) -> None:
@@ -277,6 +285,14 @@ class _Reader:
             elif kind[0] != "#":
                 raise _unknown(path, lineno, line, kind)
         self.pegasus, self.last_command, self.backward = pegasus, last_command, backward
+
+    def count_kinds(self) -> bool:
+        """Count the distinct options of some more tasks (what DAG.option_kinds gives,
+        counted while the edge helper is awaited); whether any are left."""
+        tasks, counted = self.tasks, self.counted
+        self.counted = min(len(tasks), counted + _KINDS_STEP)
+        self.kinds.update(map(options_of, tasks[counted : self.counted]))
+        return self.counted < len(tasks)
 
     def general_task(self, lineno: int, line: str, parts: list[str], tid: int,
                      pegasus: int | str | None) -> Task | None:

@@ -9,7 +9,7 @@ how a worker's WORKER_FAILED is told, here or later in the run.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from itertools import compress
 
 from pmc import log
@@ -19,7 +19,7 @@ from pmc.core.events import ArrayInfo
 from pmc.core.protocol import WorkerConfig
 from pmc.core.resources import Resources
 from pmc.dag import DAG
-from pmc.dag.model import Optioned, options_of
+from pmc.dag.model import options_of
 from pmc.errors import FatalError, Interrupted
 from pmc.options import RunOptions, worker_values
 from pmc.runtime import ranklaunch
@@ -109,14 +109,13 @@ def check_capable(dag: DAG, state: bytearray, resources: Resources) -> None:
     """Abort before anything runs if some task not done yet can never fit on any host
     (for a multi-rank task: on all of them together). One look per distinct
     ``TaskOptions`` (tasks with the same option text share one, an array's members
-    theirs), not per task."""
+    theirs), not per task: those of every task as the DAG counted them, or with a rescue
+    log those of the tasks not done."""
     done = int(State.DONE)
     rescued = done in state  # a rescue log (or an array's join): those done need not fit
-
-    def pending() -> Iterable[Optioned]:
-        return compress(dag.tasks, map(done.__ne__, state)) if rescued else dag.tasks
-
-    bad = {o for o in set(map(options_of, pending()))
+    kinds = (set(map(options_of, compress(dag.tasks, map(done.__ne__, state)))) if rescued
+             else dag.option_kinds())
+    bad = {o for o in kinds
            if not resources.can_ever_run(o.cpus, o.memory, o.gpus, o.ranks, o.ranks_per_host)}
     if bad:
         # The first such task in DAG order names it.
