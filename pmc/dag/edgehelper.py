@@ -51,7 +51,7 @@ from operator import eq, ge, itemgetter
 from typing import IO
 
 from pmc.dag.graph import EdgeTally
-from pmc.dag.lines import read_runs
+from pmc.dag.lines import holds_edge, read_runs
 from pmc.dag.model import DagError
 from pmc.errors import ExitCode
 from pmc.pychild import python_command
@@ -251,7 +251,7 @@ def resolve(path: str, size: int, chunk: int, asked: _Asked) -> None:
     with open(path, "rb") as f:
         for offset, data in read_runs(path, f, chunk):
             nlines += data.count(b"\n") + (not data.endswith(b"\n"))
-            if asked.first_edges < 0 and b"EDGE" in data:
+            if asked.first_edges < 0 and holds_edge(data):
                 asked.first_edges = offset
             if asked.first_edges >= 0:
                 blocks.append((offset, len(data), ntasks))
@@ -305,9 +305,10 @@ def resolve(path: str, size: int, chunk: int, asked: _Asked) -> None:
 # (vertical tab, form feed...) is_plain has sent the parser to the record blanks too.
 _BLANK_RUN = re.compile(rb"[ \t\r]+")
 _BLANKS = b" \t\r"
-# A run's TASK records and each one's name in one search, when every "TASK" in the run
-# begins a line and one of them (else the run is read line by line).
-_TASK = re.compile(rb"TASK[ \t\r]+([^ \t\r\n]+)")
+# A run's TASK records and each one's name in one search (the run's first line apart),
+# when every "TASK" in the run begins one of them (else the run is read line by line).
+_TASK = re.compile(rb"\nTASK[ \t\r]+([^ \t\r\n]+)")
+_FIRST_TASK = re.compile(rb"TASK[ \t\r]+([^ \t\r\n]+)")
 _ODD_BLANKS = (b"\x0b", b"\x0c")  # blanks to bytes.split(), not to the parser
 
 
@@ -320,8 +321,10 @@ def _names(path: str, data: bytes, index: dict[bytes, int], ntasks: int) -> int:
     """Index the names of a run's TASK records, the first being task ``ntasks``; the
     count of tasks after them. A name given twice raises DagError."""
     names = _TASK.findall(data)
+    if first := _FIRST_TASK.match(data):
+        names.insert(0, first[1])
     ids: Sequence[int]
-    if len(names) == data.count(b"TASK") == data.count(b"\nTASK") + data.startswith(b"TASK"):
+    if len(names) == data.count(b"TASK"):
         ids = range(ntasks, ntasks + len(names))
         ntasks += len(names)
     else:  # a "TASK" within a line, or a record without a name: line by line

@@ -79,6 +79,13 @@ def edge_ids(path: str, lineno: int, line: str, index: dict[str, int]) -> tuple[
     return index[fields[1]], index[fields[2]]
 
 
+def holds_edge(data: bytes) -> bool:
+    """Whether a run holds the text "EDGE" anywhere: where the parser asks the edge helper
+    for its split, and where the helper expects the question, so both must ask this.
+    A search for its rarest letter first: most runs of TASK lines have no capital G."""
+    return b"G" in data and b"EDGE" in data
+
+
 def read_runs(path: str, f: BinaryIO, chunk: int) -> Iterator[tuple[int, bytes]]:
     """Yield (offset, data) for runs of complete lines, read ``chunk`` bytes at a time
     (a line longer than that whole in one run; the last line's newline may be missing).

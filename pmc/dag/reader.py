@@ -21,6 +21,7 @@ from pmc.dag.graph import EdgeTally, build_dag
 from pmc.dag.lines import (
     decode_block,
     edge_ids,
+    holds_edge,
     is_plain,
     read_runs,
     reason,
@@ -117,15 +118,15 @@ def _parse(path: str, f: BinaryIO, helper: edgehelper.EdgeHelper | None = None) 
     for offset, data in read_runs(path, f, _CHUNK):
         theirs = False  # are this block's EDGE lines the helper's?
         if helper is not None:
-            if split < 0 and b"EDGE" in data:
+            if split < 0 and holds_edge(data):
                 split = helper.split_offset(offset, reader.unindexed())
                 if split < 0:  # the helper has gone: nothing of ours was skipped yet
                     helper.stop()
                     helper = None
                     reader.need_index()
             theirs = 0 <= split <= offset
-            count = data.count(b"\n") + (not data.endswith(b"\n"))
-            if theirs and data.startswith(b"EDGE ") + data.count(b"\nEDGE ") == count:
+            if theirs and data.startswith(b"EDGE ") + data.count(b"\nEDGE ") == (
+                    count := data.count(b"\n") + (not data.endswith(b"\n"))):
                 # Nothing but the helper's EDGE lines, not even decoded: a NUL or a byte
                 # that is not UTF-8 there is in a name no TASK line has, which fails the
                 # helper, and the parse alone then reports it.
