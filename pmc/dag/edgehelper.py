@@ -15,7 +15,8 @@ that is not clearly worth it (a big DAG, whose index alone costs seconds) the pa
 gets no share: it takes the helper's edges once they come.
 
 The helper checks its lines as the parser would, but any problem (a bad line, a name
-given twice, an unreadable file, a file that changed) makes it exit without a result:
+given twice, an EDGE line naming a task defined below it, an unreadable file, a file
+that changed) makes it exit without a result:
 if it had not answered yet the parser reads on alone; if it had, the parser parses the
 whole file again alone. So does any error the parser finds itself: every error is
 reported by the one serial parser, at the first bad line in file order, and the
@@ -30,7 +31,7 @@ back, and last an ``_END`` frame and a header (``_HEADER``: lines read, TASK rec
 seen, edges, whether any edge points backward). The frames go as far as the pipe takes
 them while the helper works, never waiting for the parser: a parser with no EDGE lines
 of its own counts them for ``build_dag`` (``pmc.dag.graph.EdgeTally``) as they come,
-rather than idle until the last.
+rather than idle until the last, and between them does what else it can (``idle``).
 """
 
 from __future__ import annotations
