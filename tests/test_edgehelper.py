@@ -107,7 +107,8 @@ def test_helper_gives_the_same_dag(tmp_path: Path, helped: Helped) -> None:
     assert shape(got) == shape(alone(path))
     assert helped.edges > 100 and not helped.failed
     assert helped.alone == 1  # alone() only: the helped parse did not start again
-    # The tasks' distinct options, counted while the helper was awaited, as alone.
+    # The tasks' distinct options (counted, some or all, while the helper was awaited)
+    # as parsed alone.
     assert got.option_kinds() == alone(path).option_kinds() and len(got.option_kinds()) == 6
 
 

@@ -82,7 +82,8 @@ def edge_ids(path: str, lineno: int, line: str, index: dict[str, int]) -> tuple[
 def holds_edge(data: bytes) -> bool:
     """Whether a run holds the text "EDGE" anywhere: where the parser asks the edge helper
     for its split, and where the helper expects the question, so both must ask this.
-    A search for its rarest letter first: most runs of TASK lines have no capital G."""
+    A memchr for a capital G first (a few GB/s faster than a search for the text): a run
+    of TASK lines without one needs no other look."""
     return b"G" in data and b"EDGE" in data
 
 
