@@ -362,19 +362,20 @@ def _edges(path: str, data: bytes, index: dict[bytes, int], defined: int = -1,
         parents_named, children_named = fields[1::3], fields[2::3]
     else:
         parents_named, children_named = [], []
-        limits = array("I")
+        limits = array("I") if defined >= 0 else None
         for line in data.split(b"\n"):
             fields = _fields(line)
             if not fields:
                 continue
-            if fields[0] == b"TASK":
-                defined += defined >= 0
+            if fields[0] == b"TASK" and limits is not None:
+                defined += 1
             elif fields[0] == b"EDGE":
                 if len(fields) != 3:
                     raise DagError(path, None, "EDGE needs a parent and a child")
                 parents_named.append(fields[1])
                 children_named.append(fields[2])
-                limits.append(max(defined, 0))
+                if limits is not None:
+                    limits.append(defined)
     parents = _ids(index, parents_named)
     children = _ids(index, children_named)
     if defined >= 0:
