@@ -91,10 +91,14 @@ class Guard:
         self.table = mmap.mmap(self.table_fd, size * _SLOT.size)
         self.free.extend(range(size - 1, old - 1, -1))
 
-    def hold(self, pgid: int) -> int:
-        """Put a task's process group in the table; returns its slot (-1: no guard)."""
+    def ready(self) -> None:
+        """Start the guard, if not yet: before the process whose group it is to hold."""
         if not self.started:
             self._start()
+
+    def hold(self, pgid: int) -> int:
+        """Put a task's process group in the table; returns its slot (-1: no guard)."""
+        self.ready()
         if self.table is None:
             return -1
         if not self.free:

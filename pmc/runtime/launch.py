@@ -192,6 +192,9 @@ class Launcher:
             return self.fail_now(r, message, out_fd)
         r.start = time.time()
         r.t0 = time.monotonic()
+        # The guard runs before the first task does, and holds each task's group from the
+        # moment it is spawned: a worker killed just after leaves no task behind.
+        self.guard.ready()
         try:
             self.spawn(r, argv, env, out_fd, err_fd, moves)
         except OSError as e:
@@ -203,6 +206,7 @@ class Launcher:
                        f"{os.strerror(e.errno) if e.errno else e}")
             append(err_fd, message + "\n")
             return self.fail_now(r, message, out_fd)
+        r.guard_slot = self.guard.hold(r.pid)
         for fd in write_ends:
             os.close(fd)
         self.watch(r, read_ends)
@@ -288,7 +292,7 @@ class Launcher:
 
     def watch(self, r: Running, read_ends: list[int]) -> None:
         """A started task: its pipes in the poller (its exit once ``wait`` waits there),
-        its group in the guard's table, its start noted for the master."""
+        its start noted for the master."""
         poller = self.poller
         for fd in read_ends:
             poller.add(fd, (r, fd))
@@ -296,7 +300,6 @@ class Launcher:
         self.running[r.pid] = r
         self.running_ids.add(r.spec.id)
         self.starts.append((r.spec.id, r.start))
-        r.guard_slot = self.guard.hold(r.pid)
         if self.debug:
             log.debug(f"Task {r.spec.name} started as pid {r.pid}")
 
