@@ -206,12 +206,13 @@ def test_parsed_tasks_share_no_options(tmp_path: Path) -> None:
 
 
 def test_option_kinds_count_every_task_as_it_stands(tmp_path: Path) -> None:
-    # The distinct options of every task: shared ones once, a task added later counted
-    # when asked again, an option set since counted again.
-    dag = parse(tmp_path, "TASK A -m 5 a\nTASK B -m 5 b\nTASK C c\nTASK D -p 2 d\n")
+    # The distinct options of every task: shared ones once (in a run of tasks or not),
+    # a task added later counted when asked again, an option set since counted again.
+    dag = parse(tmp_path, "TASK A -m 5 a\nTASK B -m 5 b\nTASK C c\nTASK D -p 2 d\n"
+                          "TASK F -m 5 f\n")
     assert sorted((o.memory, o.priority) for o in dag.option_kinds()) == [
         (0, 0), (0, 2), (5, 0)]
-    dag.tasks.append(Task(4, "E", "e", cpus=3))
+    dag.tasks.append(Task(5, "E", "e", cpus=3))
     assert sorted(o.cpus for o in dag.option_kinds()) == [1, 1, 1, 3]
     dag.tasks[0].memory = 9
     assert sorted(o.memory for o in dag.option_kinds()) == [0, 0, 0, 5, 9]

@@ -329,17 +329,22 @@ def test_ids_of_names() -> None:
 @pytest.mark.parametrize("cut", [1, 4, 5, 9])
 def test_tally_from_the_end_back_is_the_tally_of_all(cut: int) -> None:
     """Runs counted from the end of the file back count as the whole at once; edges in
-    order within each run but not across a cut are not grouped by parent."""
-    for parents in ([0, 0, 1, 2, 2, 2, 3, 5, 5, 6], [0, 0, 1, 2, 2, 3, 5, 2, 5, 6]):
-        children = [1, 2, 3, 4, 5, 6, 7, 7, 8, 9]
+    order within each run but not across a cut are not grouped by parent, nor ascending."""
+    for parents, children in [
+        ([0, 0, 1, 2, 2, 2, 3, 5, 5, 6], [1, 2, 3, 4, 5, 6, 7, 7, 8, 9]),  # ascending
+        ([0, 0, 1, 2, 2, 2, 3, 5, 5, 6], [1, 2, 3, 4, 6, 5, 7, 7, 8, 9]),  # grouped
+        ([0, 0, 1, 2, 2, 2, 3, 5, 5, 6], [1, 2, 3, 4, 5, 5, 7, 7, 8, 9]),  # a repeat
+        ([0, 0, 1, 2, 2, 3, 5, 2, 5, 6], [1, 2, 3, 4, 5, 6, 7, 7, 8, 9]),  # neither
+    ]:
         whole = EdgeTally(10)
         whole.add_before(array("I", parents), array("I", children))
         runs = EdgeTally(10)
         for a, b in [(cut, 10), (0, cut)]:
             runs.add_before(array("I", parents[a:b]), array("I", children[a:b]))
         assert runs.counts == whole.counts and runs.ends == whole.ends
-        assert sorted(runs.several) == sorted(whole.several) == [0, 2, 5]
         assert runs.ordered == whole.ordered == (parents == sorted(parents))
+        edges = list(zip(parents, children, strict=True))
+        assert runs.ascending == whole.ascending == (edges == sorted(set(edges)))
         assert runs.edges == whole.edges == 10
 
 

@@ -246,19 +246,21 @@ def resolve(path: str, size: int, chunk: int, asked: _Asked) -> None:
     index: dict[bytes, int] = {}
     ntasks = 0
     nlines = 0
-    # Offset, bytes and the tasks defined before it, of each run from the first "EDGE"
-    blocks: list[tuple[int, int, int]] = []
+    # Offset, bytes, lines and the tasks defined before it, of each run from the first
+    # "EDGE"
+    blocks: list[tuple[int, int, int, int]] = []
     indexing = 0.0
     with open(path, "rb") as f:
         for offset, data in read_runs(path, f, chunk):
-            nlines += data.count(b"\n") + (not data.endswith(b"\n"))
+            lines = data.count(b"\n") + (not data.endswith(b"\n"))
+            nlines += lines
             if asked.first_edges < 0 and holds_edge(data):
                 asked.first_edges = offset
             if asked.first_edges >= 0:
-                blocks.append((offset, len(data), ntasks))
+                blocks.append((offset, len(data), lines, ntasks))
             if b"TASK" in data:
                 started = time.perf_counter()
-                ntasks = _names(path, data, index, ntasks)
+                ntasks = _names(path, data, lines, index, ntasks)
                 indexing += time.perf_counter() - started
             asked.poll(size)
         asked.index_cost = indexing / max(1, ntasks)
@@ -268,7 +270,7 @@ def resolve(path: str, size: int, chunk: int, asked: _Asked) -> None:
         held: list[tuple[array[int], array[int]]] = []  # resolved before the answer
         frames: _Frames | None = None
         started = time.perf_counter()
-        for offset, length, before in reversed(blocks):
+        for offset, length, lines, before in reversed(blocks):
             if done < size:
                 asked.rate = (size - done) / (time.perf_counter() - started)
             asked.poll(done)
@@ -279,7 +281,7 @@ def resolve(path: str, size: int, chunk: int, asked: _Asked) -> None:
                 raise DagError(path, None, "the DAG file changed")
             # (An EDGE line may name only tasks defined above it: a look where any is
             # defined below.)
-            parents, children, back = _edges(path, data, index,
+            parents, children, back = _edges(path, data, lines, index,
                                              before if before < ntasks else -1)
             done = offset
             if not parents:
@@ -307,7 +309,8 @@ def resolve(path: str, size: int, chunk: int, asked: _Asked) -> None:
 _BLANK_RUN = re.compile(rb"[ \t\r]+")
 _BLANKS = b" \t\r"
 # A run's TASK records and each one's name in one search (the run's first line apart),
-# when every "TASK" in the run begins one of them (else the run is read line by line).
+# when each of its lines is one, or every "TASK" in it begins one (else the run is read
+# line by line).
 _TASK = re.compile(rb"\nTASK[ \t\r]+([^ \t\r\n]+)")
 _FIRST_TASK = re.compile(rb"TASK[ \t\r]+([^ \t\r\n]+)")
 _ODD_BLANKS = (b"\x0b", b"\x0c")  # blanks to bytes.split(), not to the parser
@@ -318,14 +321,16 @@ def _fields(line: bytes) -> list[bytes]:
     return _BLANK_RUN.split(text) if text else []
 
 
-def _names(path: str, data: bytes, index: dict[bytes, int], ntasks: int) -> int:
-    """Index the names of a run's TASK records, the first being task ``ntasks``; the
-    count of tasks after them. A name given twice raises DagError."""
+def _names(path: str, data: bytes, lines: int, index: dict[bytes, int], ntasks: int) -> int:
+    """Index the names of a run's TASK records (``lines`` lines), the first being task
+    ``ntasks``; the count of tasks after them. A name given twice raises DagError."""
     names = _TASK.findall(data)
     if first := _FIRST_TASK.match(data):
         names.insert(0, first[1])
     ids: Sequence[int]
-    if len(names) == data.count(b"TASK"):
+    # (Each found at the start of a line of its own: as many as lines, none is missed,
+    # and the look for "TASK" elsewhere, 0.4 s of ten million lines, is spared.)
+    if len(names) == lines or len(names) == data.count(b"TASK"):
         ids = range(ntasks, ntasks + len(names))
         ntasks += len(names)
     else:  # a "TASK" within a line, or a record without a name: line by line
@@ -344,19 +349,19 @@ def _names(path: str, data: bytes, index: dict[bytes, int], ntasks: int) -> int:
     return ntasks
 
 
-def _edges(path: str, data: bytes, index: dict[bytes, int], defined: int = -1,
+def _edges(path: str, data: bytes, lines: int, index: dict[bytes, int], defined: int = -1,
            ) -> tuple[array[int], array[int], bool]:
-    """A run's EDGE records as (parents, children, whether one points backward); DagError
-    (or KeyError) for a bad one: a self edge, an unknown name, a name defined below it, a
-    line with more or fewer than two names. ``defined``: the tasks defined before the run
-    where some are defined after it; -1 where none is."""
+    """The EDGE records of a run of ``lines`` lines as (parents, children, whether one
+    points backward); DagError (or KeyError) for a bad one: a self edge, an unknown name,
+    a name defined below it, a line with more or fewer than two names. ``defined``: the
+    tasks defined before the run where some are defined after it; -1 where none is."""
     fields = data.split() if not any(odd in data for odd in _ODD_BLANKS) else []
     n = len(fields) // 3
     limits = None  # the tasks defined above each EDGE line, where TASK lines are among them
     # A run of nothing but EDGE records of two names each, split in one go: n lines, 3n
     # fields, and n times "EDGE" in the run, each at a line's start and each the field
     # at 0, 3, 6...: so each line is one record's three fields.
-    if (fields and len(fields) == 3 * n == 3 * (data.count(b"\n") + (not data.endswith(b"\n")))
+    if (fields and len(fields) == 3 * n == 3 * lines
             and data.count(b"EDGE") == n == data.count(b"\nEDGE") + data.startswith(b"EDGE")
             and fields[::3].count(b"EDGE") == n):
         parents_named, children_named = fields[1::3], fields[2::3]

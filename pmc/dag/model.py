@@ -7,10 +7,10 @@ edges in compressed (CSR) form, both small enough for a million tasks.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from itertools import islice
-from operator import attrgetter
+from itertools import groupby, islice
+from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple, Protocol, cast
 
 
@@ -355,6 +355,14 @@ class TaskView:
 # A task's TaskOptions, read without a Python call: over a few hundred thousand tasks,
 # C speed, where three property reads per task cost a tenth of a second.
 options_of = attrgetter("_options")
+_first = itemgetter(0)
+
+
+def options_among(tasks: Iterable[Optioned]) -> Iterator[TaskOptions]:
+    """The options of ``tasks``, each run of equal ones once (to be gathered in a set):
+    tasks alike come in runs sharing one TaskOptions, and neighbours compare by identity
+    first where a set hashes every task's (~25 ns a task against ~85)."""
+    return map(_first, groupby(map(options_of, tasks)))
 
 
 class ArrayRange(Protocol):
@@ -428,7 +436,7 @@ class DAG:
             self._kinds, self._counted, self._changes = set(), 0, _changes[0]
         tasks = self.tasks
         if self._counted < len(tasks):
-            self._kinds.update(map(options_of, islice(tasks, self._counted, None)))
+            self._kinds.update(options_among(islice(tasks, self._counted, None)))
             self._counted = len(tasks)
         return self._kinds
 

@@ -37,7 +37,7 @@ from pmc.dag.model import (
     TaskOptions,
     name_index,
     new_task,
-    options_of,
+    options_among,
     parsed_classes,
 )
 from pmc.dag.taskline import SIMPLE_OPTIONS, option_values, parse_task, pegasus_seq
@@ -50,8 +50,8 @@ _NOT_CMD = "- \t\r"  # what a command cannot start with ("" is in it too: no com
 # common. Past this many, a task with options no line before had gets a TaskOptions of
 # its own (~100 bytes).
 _KNOWN_OPTIONS = 1 << 16
-# Tasks whose options count_kinds counts at a time: ~10 ms, between two runs of edges.
-_KINDS_STEP = 1 << 17
+# Tasks whose options count_kinds counts at a time: ~7 ms, between two runs of edges.
+_KINDS_STEP = 1 << 18
 # Bytes read and decoded at a time. Small enough that a block's bytes, text and lines
 # stay in the CPU's cache while its lines are parsed, and that these short-lived buffers
 # leave no holes in the heap: a megabyte cost a million-task parse 10 MB of peak RSS.
@@ -292,7 +292,7 @@ class _Reader:
         counted while the edge helper is awaited); whether any are left."""
         tasks, counted = self.tasks, self.counted
         self.counted = min(len(tasks), counted + _KINDS_STEP)
-        self.kinds.update(map(options_of, tasks[counted : self.counted]))
+        self.kinds.update(options_among(tasks[counted : self.counted]))
         return self.counted < len(tasks)
 
     def general_task(self, lineno: int, line: str, parts: list[str], tid: int,

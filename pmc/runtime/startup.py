@@ -19,7 +19,7 @@ from pmc.core.events import ArrayInfo
 from pmc.core.protocol import WorkerConfig
 from pmc.core.resources import Resources
 from pmc.dag import DAG
-from pmc.dag.model import options_of
+from pmc.dag.model import options_among, options_of
 from pmc.errors import FatalError, Interrupted
 from pmc.options import RunOptions, worker_values
 from pmc.runtime import ranklaunch
@@ -113,7 +113,7 @@ def check_capable(dag: DAG, state: bytearray, resources: Resources) -> None:
     log those of the tasks not done."""
     done = int(State.DONE)
     rescued = done in state  # a rescue log (or an array's join): those done need not fit
-    kinds = (set(map(options_of, compress(dag.tasks, map(done.__ne__, state)))) if rescued
+    kinds = (set(options_among(compress(dag.tasks, map(done.__ne__, state)))) if rescued
              else dag.option_kinds())
     bad = {o for o in kinds
            if not resources.can_ever_run(o.cpus, o.memory, o.gpus, o.ranks, o.ranks_per_host)}
