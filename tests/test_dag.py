@@ -218,6 +218,17 @@ def test_option_kinds_count_every_task_as_it_stands(tmp_path: Path) -> None:
     assert sorted(o.memory for o in dag.option_kinds()) == [0, 0, 0, 5, 9]
 
 
+def test_option_kinds_are_gathered_by_every_kind_of_line(tmp_path: Path) -> None:
+    # The parse gathers the distinct options as it reads: the same set a count of every
+    # task gives, whatever path a line takes (plain, options repeated or not, quoted,
+    # Pegasus ids, a task array's members and joins).
+    dag = parse(tmp_path, "TASK a a\nTASK b -m 5 b\nTASK c -m 5 c\n#@ 1 t ID1\n"
+                          "TASK d -c 2 'd x'\nTASK e --array 0-3 -p 4 e\nTASK f -m 5 f\n"
+                          "TASK g -p 7 \"g\"\nEDGE a b\n")
+    assert dag.option_kinds() == set(map(options_of, dag.tasks))
+    assert len(dag.option_kinds()) == 6  # none, -m 5, -c 2, the array's, its joins, -p 7
+
+
 def test_task_constructor_and_assignment() -> None:
     task = Task(3, "x", "prog", memory=5, priority=-1, line=9)
     assert (task.id, task.name, task.command, task.line) == (3, "x", "prog", 9)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import sys
 import time
 from array import array
-from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -42,10 +41,9 @@ def helped(monkeypatch: pytest.MonkeyPatch) -> Helped:
     result = edgehelper.EdgeHelper.result
 
     def counted(self: edgehelper.EdgeHelper, lines: int, tasks: int, parents: array[int],
-                children: array[int], tally: EdgeTally,
-                idle: Callable[[], bool] | None = None) -> bool | None:
+                children: array[int], tally: EdgeTally) -> bool | None:
         before = len(parents)
-        got = result(self, lines, tasks, parents, children, tally, idle)
+        got = result(self, lines, tasks, parents, children, tally)
         if got is None:
             counts.failed += 1
         else:
@@ -107,8 +105,7 @@ def test_helper_gives_the_same_dag(tmp_path: Path, helped: Helped) -> None:
     assert shape(got) == shape(alone(path))
     assert helped.edges > 100 and not helped.failed
     assert helped.alone == 1  # alone() only: the helped parse did not start again
-    # The tasks' distinct options (counted, some or all, while the helper was awaited)
-    # as parsed alone.
+    # The tasks' distinct options (gathered as the TASK lines are read) as parsed alone.
     assert got.option_kinds() == alone(path).option_kinds() and len(got.option_kinds()) == 6
 
 
@@ -178,6 +175,25 @@ def test_errors_in_the_helpers_share(tmp_path: Path, helped: Helped, bad: str) -
         parse_dag(path)
     assert str(info.value) == error_alone(path)
     assert "nosuchtask_later" not in str(info.value)
+
+
+def test_a_task_named_edge(tmp_path: Path, helped: Helped) -> None:
+    # Its name may stand where "EDGE" begins a line: with such a task, a run whose fields
+    # line up three by three is not taken for three a line unseen.
+    lines = ("TASK EDGE /bin/true\n" + fan(300)).splitlines(keepends=True)
+    lines.insert(len(lines) - 60, "EDGE EDGE t7\n")
+    path = write(tmp_path, "".join(lines))
+    assert shape(parse_dag(path)) == shape(alone(path))
+    assert helped.edges > 100 and not helped.failed
+    # A run of six fields on two lines, each beginning "EDGE ", the fields at 0 and 3
+    # "EDGE": one name too few on the first line, one too many on the second.
+    run = b"EDGE t1\nEDGE EDGE t2 t3\n"
+    index = {b"EDGE": 0, b"t1": 1, b"t2": 2, b"t3": 3}
+    with pytest.raises(DagError, match="EDGE needs a parent and a child"):
+        edgehelper._edges("h.dag", run, 2, index)
+    del index[b"EDGE"]
+    with pytest.raises(KeyError):
+        edgehelper._edges("h.dag", run, 2, index)
 
 
 @pytest.fixture(params=["parser first", "helper first"])

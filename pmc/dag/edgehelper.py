@@ -31,7 +31,7 @@ back, and last an ``_END`` frame and a header (``_HEADER``: lines read, TASK rec
 seen, edges, whether any edge points backward). The frames go as far as the pipe takes
 them while the helper works, never waiting for the parser: a parser with no EDGE lines
 of its own counts them for ``build_dag`` (``pmc.dag.graph.EdgeTally``) as they come,
-rather than idle until the last, and between them does what else it can (``idle``).
+rather than idle until the last.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ import sys
 import time
 from array import array
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from itertools import repeat
 from operator import eq, ge, itemgetter
 from typing import IO
@@ -98,17 +98,15 @@ class EdgeHelper:
         return _OFFSET.unpack(answer)[0] if len(answer) == _OFFSET.size else -1
 
     def result(self, lines: int, tasks: int, parents: array[int], children: array[int],
-               tally: EdgeTally, idle: Callable[[], bool] | None = None) -> bool | None:
+               tally: EdgeTally) -> bool | None:
         """Append the helper's edges to ``parents`` and ``children``, counted into
         ``tally`` as they come, and say whether one points backward; None when it has no
         edges for a file of ``lines`` lines and ``tasks`` TASK records as the parser read
-        it (the arrays and the tally are then spoilt). Whenever no edges have come,
-        ``idle`` does a little of the parser's other work (until it says there is no
-        more)."""
+        it (the arrays and the tally are then spoilt)."""
         out = self.proc.stdout
         assert out is not None
         with out:
-            backward = _read(out, lines, tasks, parents, children, tally, idle)
+            backward = _read(out, lines, tasks, parents, children, tally)
         return backward if self.proc.wait() == 0 else None
 
     def stop(self) -> None:
@@ -125,15 +123,10 @@ class EdgeHelper:
 
 
 def _read(out: IO[bytes], lines: int, tasks: int, parents: array[int],
-          children: array[int], tally: EdgeTally,
-          idle: Callable[[], bool] | None) -> bool | None:
+          children: array[int], tally: EdgeTally) -> bool | None:
     runs: list[tuple[array[int], array[int]]] = []  # from the end of the file back
     try:
         while True:
-            # (A frame may wait in the reader's buffer while the pipe is empty: then
-            # one step of idle work comes first, no more.)
-            if idle is not None and not select.select([out], [], [], 0)[0] and not idle():
-                idle = None
             if len(head := out.read(_FRAME.size)) < _FRAME.size:
                 return None  # cut short
             (n,) = _FRAME.unpack(head)
@@ -358,11 +351,11 @@ def _edges(path: str, data: bytes, lines: int, index: dict[bytes, int], defined:
     fields = data.split() if not any(odd in data for odd in _ODD_BLANKS) else []
     n = len(fields) // 3
     limits = None  # the tasks defined above each EDGE line, where TASK lines are among them
-    # A run of nothing but EDGE records of two names each, split in one go: n lines, 3n
-    # fields, and n times "EDGE" in the run, each at a line's start and each the field
-    # at 0, 3, 6...: so each line is one record's three fields.
-    if (fields and len(fields) == 3 * n == 3 * lines
-            and data.count(b"EDGE") == n == data.count(b"\nEDGE") + data.startswith(b"EDGE")
+    # A run of nothing but EDGE records of two names each, split in one go: n lines, each
+    # beginning "EDGE ", 3n fields, "EDGE" the field at 0, 3, 6... and at no other (each
+    # other is looked up, and no task is named so): each line is one record's 3 fields.
+    if (fields and len(fields) == 3 * n == 3 * lines and b"EDGE" not in index
+            and data.count(b"\nEDGE ") + data.startswith(b"EDGE ") == n
             and fields[::3].count(b"EDGE") == n):
         parents_named, children_named = fields[1::3], fields[2::3]
     else:
@@ -391,16 +384,18 @@ def _edges(path: str, data: bytes, lines: int, index: dict[bytes, int], defined:
     backward = any(map(ge, parents, children))
     if backward and any(map(eq, parents, children)):
         raise DagError(path, None, "self edge")
-    return parents, children, backward
+    return array("I", parents), array("I", children), backward
 
 
-def _ids(index: dict[bytes, int], names: list[bytes]) -> array[int]:
-    """The ids of ``names``; KeyError for a name not in ``index``. An itemgetter looks
-    them up in C, at ~200 ns a name where map over index.__getitem__ takes ~280 (it
-    gives a tuple for two names or more, for one the id alone)."""
+def _ids(index: dict[bytes, int], names: list[bytes]) -> Sequence[int]:
+    """The ids of ``names`` (the dict's own int objects, which compare twice as fast as
+    an array's items, made anew at each read); KeyError for a name not in ``index``. An
+    itemgetter looks them up in C, at ~200 ns a name where map over index.__getitem__
+    takes ~280 (it gives a tuple for two names or more, for one the id alone)."""
     if len(names) > 1:
-        return array("I", itemgetter(*names)(index))
-    return array("I", [index[name] for name in names])
+        ids: tuple[int, ...] = itemgetter(*names)(index)
+        return ids
+    return [index[name] for name in names]
 
 
 def main(argv: list[str]) -> int:

@@ -38,6 +38,7 @@ from pmc.dag.model import (
     name_index,
     new_task,
     options_among,
+    options_of,
     parsed_classes,
 )
 from pmc.dag.taskline import SIMPLE_OPTIONS, option_values, parse_task, pegasus_seq
@@ -50,8 +51,6 @@ _NOT_CMD = "- \t\r"  # what a command cannot start with ("" is in it too: no com
 # common. Past this many, a task with options no line before had gets a TaskOptions of
 # its own (~100 bytes).
 _KNOWN_OPTIONS = 1 << 16
-# Tasks whose options count_kinds counts at a time: ~7 ms, between two runs of edges.
-_KINDS_STEP = 1 << 18
 # Bytes read and decoded at a time. Small enough that a block's bytes, text and lines
 # stay in the CPU's cache while its lines are parsed, and that these short-lived buffers
 # leave no holes in the heap: a megabyte cost a million-task parse 10 MB of peak RSS.
@@ -156,7 +155,7 @@ def _parse(path: str, f: BinaryIO, helper: edgehelper.EdgeHelper | None = None) 
         ours = len(reader.parents)
         tally = EdgeTally(len(reader.tasks))
         theirs_backward = helper.result(nlines, len(reader.tasks), reader.parents,
-                                        reader.children, tally, reader.count_kinds)
+                                        reader.children, tally)
         if theirs_backward is None:
             raise _HelperFailed
         backward = backward or theirs_backward
@@ -170,8 +169,7 @@ def _parse(path: str, f: BinaryIO, helper: edgehelper.EdgeHelper | None = None) 
     edges = [reader.parents, reader.children, reader.edge_lines]
     reader.parents = reader.children = reader.edge_lines = array("I")
     dag = build_dag(path, reader.tasks, reader.index, edges, backward, reader.arrays, tally)
-    if reader.counted:
-        dag.counted_kinds(reader.kinds, reader.counted)
+    dag.counted_kinds(reader.kinds, len(reader.tasks))
     return dag
 
 
@@ -183,7 +181,7 @@ class _Reader:
     does: the loop over a million lines is the parse's cost, and every attribute or
     call inside it would be paid per line."""
 
-    __slots__ = ("arrays", "backward", "children", "counted", "edge_lines", "index", "kinds",
+    __slots__ = ("arrays", "backward", "children", "edge_lines", "index", "kinds",
                  "last_command", "lines", "options", "parents", "path", "pegasus",
                  "pegasus_task", "plain_task", "tasks")
 
@@ -204,8 +202,9 @@ class _Reader:
         self.arrays: dict[str, task_arrays.Array] = {}  # task arrays (a pmc extension)
         self.lines = array("I")  # the line of each id (see Task.line)
         self.plain_task, self.pegasus_task = parsed_classes(self.lines)
-        self.kinds: set[TaskOptions] = set()  # the distinct options of the first tasks:
-        self.counted = 0  # of so many (DAG.option_kinds)
+        # The distinct options of the tasks read (DAG.option_kinds), gathered as they are:
+        # a pass over ten million tasks afterwards takes a quarter of a second or more.
+        self.kinds: set[TaskOptions] = set()
 
     def take(self, before: int, lines: list[str], plain: bool, quoting: bool,
              theirs: bool) -> None:
@@ -218,6 +217,7 @@ class _Reader:
         pegasus, last_command, backward = self.pegasus, self.last_command, self.backward
         prefix, cut, last_options = shared.prefix, shared.cut, shared.last
         add_at, plain_task, pegasus_task = self.lines.append, self.plain_task, self.pegasus_task
+        add_kind, kind_seen = self.kinds.add, None
         for lineno, line in enumerate(lines, before + 1):
             # At most three fields: the rest of a TASK line is its command, kept as
             # written; the rest of an EDGE line must be exactly one name.
@@ -259,6 +259,9 @@ class _Reader:
                         command, opts = shared.split(rest)
                         prefix, cut, last_options = shared.prefix, shared.cut, shared.last
                 if command is not None:
+                    if opts is not kind_seen:  # (tasks alike come in runs: one add a run)
+                        add_kind(opts)
+                        kind_seen = opts
                     # Its UTF-8 (as Task.command keeps it), one copy for a run of repeats.
                     utf8 = command.encode()
                     utf8 = last_command = last_command if utf8 == last_command else utf8
@@ -270,8 +273,10 @@ class _Reader:
                     prefix, cut, last_options = shared.prefix, shared.cut, shared.last
                     if general is None:  # a task array (extension), its members taken
                         pegasus, index = None, self.index  # (the index, built for it)
+                        self.kinds.update(options_among(tasks[tid:]))
                         continue
                     task = general
+                    add_kind(options_of(task))
                 if pegasus is not None:
                     # A plain decimal SEQ is kept as its distance from the id (see
                     # Task.pegasus_id): one shared small int when SEQ counts with it.
@@ -286,14 +291,6 @@ class _Reader:
             elif kind[0] != "#":
                 raise _unknown(path, lineno, line, kind)
         self.pegasus, self.last_command, self.backward = pegasus, last_command, backward
-
-    def count_kinds(self) -> bool:
-        """Count the distinct options of some more tasks (what DAG.option_kinds gives,
-        counted while the edge helper is awaited); whether any are left."""
-        tasks, counted = self.tasks, self.counted
-        self.counted = min(len(tasks), counted + _KINDS_STEP)
-        self.kinds.update(options_among(tasks[counted : self.counted]))
-        return self.counted < len(tasks)
 
     def general_task(self, lineno: int, line: str, parts: list[str], tid: int,
                      pegasus: int | str | None) -> Task | None:
