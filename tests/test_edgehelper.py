@@ -40,10 +40,10 @@ def helped(monkeypatch: pytest.MonkeyPatch) -> Helped:
     monkeypatch.setattr(dagmod, "_CHUNK", 64)
     result = edgehelper.EdgeHelper.result
 
-    def counted(self: edgehelper.EdgeHelper, lines: int, tasks: int, parents: array[int],
+    def counted(self: edgehelper.EdgeHelper, tasks: int, parents: array[int],
                 children: array[int], tally: EdgeTally) -> bool | None:
         before = len(parents)
-        got = result(self, lines, tasks, parents, children, tally)
+        got = result(self, tasks, parents, children, tally)
         if got is None:
             counts.failed += 1
         else:
@@ -51,6 +51,14 @@ def helped(monkeypatch: pytest.MonkeyPatch) -> Helped:
         return got
 
     monkeypatch.setattr(edgehelper.EdgeHelper, "result", counted)
+    runs_to_read = edgehelper.EdgeHelper.runs_to_read
+
+    def mapped(self: edgehelper.EdgeHelper) -> list[tuple[int, int, int]] | None:
+        got = runs_to_read(self)
+        counts.failed += got is None  # (gone before its map: it gives no result either)
+        return got
+
+    monkeypatch.setattr(edgehelper.EdgeHelper, "runs_to_read", mapped)
     parse = dagmod._parse
 
     def parse_counted(path: str, f: BinaryIO, helper: object = None) -> DAG:
@@ -162,6 +170,9 @@ def test_backward_edges_and_cycles(tmp_path: Path, helped: Helped) -> None:
         "EDGE t1\n",
         "EDGE t1 t2 t3\n",
         "BOGUS line\n",
+        "\x0b\n",  # a field to the parser, no blank
+        "\x00\n",
+        "EDGE t1 t\xff\n",  # a name of no task, not ASCII
         "TASK t5 /bin/true\n",  # a duplicate task id past the split
         "TASK t900 --tries -1 x\n",
     ],
@@ -194,6 +205,24 @@ def test_a_task_named_edge(tmp_path: Path, helped: Helped) -> None:
     del index[b"EDGE"]
     with pytest.raises(KeyError):
         edgehelper._edges("h.dag", run, 2, index)
+
+
+def test_what_the_parser_reads_in_the_helpers_share(tmp_path: Path, helped: Helped) -> None:
+    # Of the helper's share the parser reads only the runs with TASK lines or comments;
+    # a Pegasus id many runs of EDGE lines above its TASK line is still that task's, and
+    # blank lines are no records.
+    lines = fan(300).splitlines(keepends=True)
+    lines.insert(len(lines) - 200, "#@ 7 transform ID7\n")
+    lines.insert(len(lines) - 100, "\n  \t\n")
+    lines.insert(len(lines) - 10, "TASK late /bin/true\n# a comment\nEDGE t1 late\n")
+    text = "".join(lines)
+    path = write(tmp_path, text)
+    got = parse_dag(path)
+    assert shape(got) == shape(alone(path))
+    late = got.tasks[got.index["late"]]
+    assert late.pegasus_id == "7"
+    assert late.line == text.splitlines().index("TASK late /bin/true") + 1
+    assert helped.edges > 100 and not helped.failed
 
 
 @pytest.fixture(params=["parser first", "helper first"])

@@ -12,7 +12,9 @@ first. The helper answers with a byte offset: the EDGE lines from it on are the
 helper's, those before it the parser's. It shares what neither has done so that both
 end together, the parser's indexing counted at what the helper's own took, and when
 that is not clearly worth it (a big DAG, whose index alone costs seconds) the parser
-gets no share: it takes the helper's edges once they come.
+gets no share: it takes the helper's edges once they come. The parser does not read the
+helper's share, but for the runs the helper maps for it: those holding a TASK line or a
+comment (anything else but an EDGE record there fails the helper).
 
 The helper checks its lines as the parser would, but any problem (a bad line, a name
 given twice, an EDGE line naming a task defined below it, an unreadable file, a file
@@ -25,11 +27,13 @@ parser's ``build_dag`` counts each edge once, whichever process read it.
 
 On its stdin the helper gets the question (``_QUESTION``: the offset of the parser's
 first run holding "EDGE", the tasks it has not indexed); on its stdout it writes the
-answer (an ``_OFFSET``), then each run's edges as a frame (``_FRAME``: a count, then the
+answer (an ``_OFFSET``), once it has read the whole file the map (``_MAP``: a count of
+runs, then each run of its share the parser must read as an ``_ENTRY``: offset, bytes,
+lines before it), then each run's edges as a frame (``_FRAME``: a count, then the
 parents and the children as native unsigned 32-bit arrays), from the end of the file
-back, and last an ``_END`` frame and a header (``_HEADER``: lines read, TASK records
-seen, edges, whether any edge points backward). The frames go as far as the pipe takes
-them while the helper works, never waiting for the parser: a parser with no EDGE lines
+back, and last an ``_END`` frame and a header (``_HEADER``: TASK records seen, edges,
+whether any edge points backward). The frames go as far as the pipe takes them while
+the helper works, never waiting for the parser: a parser with no EDGE lines
 of its own counts them for ``build_dag`` (``pmc.dag.graph.EdgeTally``) as they come,
 rather than idle until the last.
 """
@@ -63,9 +67,11 @@ MIN_BYTES = 8 << 20
 
 _QUESTION = struct.Struct("=QQ")
 _OFFSET = struct.Struct("=Q")
+_MAP = struct.Struct("=Q")
+_ENTRY = struct.Struct("=QQQ")
 _FRAME = struct.Struct("=Q")
 _END = (1 << 64) - 1  # the frame count that ends the frames
-_HEADER = struct.Struct("=QQQB")
+_HEADER = struct.Struct("=QQB")
 _PIPE_BYTES = 1 << 20  # the helper's stdout, where the system allows (the default is 64 KiB)
 
 
@@ -97,16 +103,33 @@ class EdgeHelper:
             return -1
         return _OFFSET.unpack(answer)[0] if len(answer) == _OFFSET.size else -1
 
-    def result(self, lines: int, tasks: int, parents: array[int], children: array[int],
+    def runs_to_read(self) -> list[tuple[int, int, int]] | None:
+        """The runs of its share the parser must read (offset, bytes, lines before it);
+        None when the helper has gone. Waits for the helper to have read the whole file."""
+        out = self.proc.stdout
+        assert out is not None
+        try:
+            head = out.read(_MAP.size)
+            if len(head) < _MAP.size:
+                return None
+            (count,) = _MAP.unpack(head)
+            entries = out.read(count * _ENTRY.size)
+        except OSError:
+            return None
+        if len(entries) < count * _ENTRY.size:
+            return None
+        return list(_ENTRY.iter_unpack(entries))
+
+    def result(self, tasks: int, parents: array[int], children: array[int],
                tally: EdgeTally) -> bool | None:
         """Append the helper's edges to ``parents`` and ``children``, counted into
         ``tally`` as they come, and say whether one points backward; None when it has no
-        edges for a file of ``lines`` lines and ``tasks`` TASK records as the parser read
-        it (the arrays and the tally are then spoilt)."""
+        edges for a file of ``tasks`` TASK records as the parser read it (the arrays and
+        the tally are then spoilt)."""
         out = self.proc.stdout
         assert out is not None
         with out:
-            backward = _read(out, lines, tasks, parents, children, tally)
+            backward = _read(out, tasks, parents, children, tally)
         return backward if self.proc.wait() == 0 else None
 
     def stop(self) -> None:
@@ -122,8 +145,8 @@ class EdgeHelper:
         self.proc.wait()
 
 
-def _read(out: IO[bytes], lines: int, tasks: int, parents: array[int],
-          children: array[int], tally: EdgeTally) -> bool | None:
+def _read(out: IO[bytes], tasks: int, parents: array[int], children: array[int],
+          tally: EdgeTally) -> bool | None:
     runs: list[tuple[array[int], array[int]]] = []  # from the end of the file back
     try:
         while True:
@@ -142,8 +165,8 @@ def _read(out: IO[bytes], lines: int, tasks: int, parents: array[int],
     header = out.read(_HEADER.size)
     if len(header) < _HEADER.size or out.read(1):
         return None
-    nlines, ntasks, nedges, backward = _HEADER.unpack(header)
-    if (nlines, ntasks, nedges) != (lines, tasks, tally.edges):
+    ntasks, nedges, backward = _HEADER.unpack(header)
+    if (ntasks, nedges) != (tasks, tally.edges):
         return None
     while runs:  # in file order, each let go once copied
         run_parents, run_children = runs.pop()
@@ -160,6 +183,10 @@ class _Asked:
         self.out = out
         self.first_edges = -1  # the offset of the first block holding "EDGE", once read
         self.split = -1  # the answer, once given
+        # Once the file is read: (offset, bytes, lines before it) of each run from the
+        # first "EDGE" that holds what the parser must read (the map).
+        self.theirs: list[tuple[int, int, int]] | None = None
+        self.mapped = False
         self.rate = 0.0  # EDGE section bytes resolved per second, once measured
         # Seconds per task the helper took to index its names: what the parser's index
         # will cost too (0.6 µs a task at a million tasks, 1.5 µs at ten million here,
@@ -190,6 +217,18 @@ class _Asked:
         self.split = first + (int(left - ahead) // 2 if left > 1.5 * ahead else 0)
         self.out.write(_OFFSET.pack(self.split))
         self.out.flush()
+        self.send_map()
+
+    def send_map(self) -> None:
+        """Once the answer is given and the file read: the runs of the helper's share
+        the parser must read."""
+        if self.split < 0 or self.theirs is None or self.mapped:
+            return
+        runs = [run for run in self.theirs if run[0] >= self.split]
+        self.out.write(b"".join([_MAP.pack(len(runs)),
+                                 *(_ENTRY.pack(*run) for run in runs)]))
+        self.out.flush()
+        self.mapped = True
 
 
 class _Frames:
@@ -200,10 +239,6 @@ class _Frames:
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.pending: deque[memoryview] = deque()
-        try:
-            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
-        except OSError:
-            pass  # not a pipe, or over the system's limit: the default size
         os.set_blocking(fd, False)
 
     def add(self, parents: array[int], children: array[int]) -> None:
@@ -242,21 +277,27 @@ def resolve(path: str, size: int, chunk: int, asked: _Asked) -> None:
     # Offset, bytes, lines and the tasks defined before it, of each run from the first
     # "EDGE"
     blocks: list[tuple[int, int, int, int]] = []
+    theirs: list[tuple[int, int, int]] = []  # (the map: see _Asked)
     indexing = 0.0
     with open(path, "rb") as f:
         for offset, data in read_runs(path, f, chunk):
             lines = data.count(b"\n") + (not data.endswith(b"\n"))
-            nlines += lines
             if asked.first_edges < 0 and holds_edge(data):
                 asked.first_edges = offset
+            tasks = b"TASK" in data
             if asked.first_edges >= 0:
                 blocks.append((offset, len(data), lines, ntasks))
-            if b"TASK" in data:
+                if tasks or b"#" in data:
+                    theirs.append((offset, len(data), nlines))
+            nlines += lines
+            if tasks:
                 started = time.perf_counter()
                 ntasks = _names(path, data, lines, index, ntasks)
                 indexing += time.perf_counter() - started
             asked.poll(size)
         asked.index_cost = indexing / max(1, ntasks)
+        asked.theirs = theirs
+        asked.send_map()
         done = size  # the EDGE lines from here on are resolved
         backward = False
         nedges = 0
@@ -291,7 +332,7 @@ def resolve(path: str, size: int, chunk: int, asked: _Asked) -> None:
     frames = frames or _Frames(asked.out.fileno())
     for run in held:
         frames.add(*run)
-    frames.end(_HEADER.pack(nlines, ntasks, nedges, backward))
+    frames.end(_HEADER.pack(ntasks, nedges, backward))
 
 
 # The helper reads bytes, not text: a name's bytes are as unique as its text, and the
@@ -363,10 +404,11 @@ def _edges(path: str, data: bytes, lines: int, index: dict[bytes, int], defined:
         limits = array("I") if defined >= 0 else None
         for line in data.split(b"\n"):
             fields = _fields(line)
-            if not fields:
-                continue
-            if fields[0] == b"TASK" and limits is not None:
-                defined += 1
+            if not fields or fields[0].startswith(b"#"):
+                continue  # (the parser reads a run with a comment: see _Asked)
+            if fields[0] == b"TASK":
+                if limits is not None:
+                    defined += 1
             elif fields[0] == b"EDGE":
                 if len(fields) != 3:
                     raise DagError(path, None, "EDGE needs a parent and a child")
@@ -374,6 +416,8 @@ def _edges(path: str, data: bytes, lines: int, index: dict[bytes, int], defined:
                 children_named.append(fields[2])
                 if limits is not None:
                     limits.append(defined)
+            else:  # the parser does not read the run: the parse alone reports it
+                raise DagError(path, None, "unknown record type")
     parents = _ids(index, parents_named)
     children = _ids(index, children_named)
     if defined >= 0:
@@ -401,6 +445,10 @@ def _ids(index: dict[bytes, int], names: list[bytes]) -> Sequence[int]:
 def main(argv: list[str]) -> int:
     """``PATH SIZE CHUNK``: exit 0 with the edges on stdout, 1 without them."""
     gc.disable()  # nothing here makes reference cycles
+    try:
+        fcntl.fcntl(sys.stdout.fileno(), fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
+    except OSError:
+        pass  # not a pipe, or over the system's limit: the default size
     try:
         path, size, chunk = argv[0], int(argv[1]), int(argv[2])
         resolve(path, size, chunk, _Asked(sys.stdin.fileno(), sys.stdout.buffer))

@@ -115,7 +115,6 @@ def _parse(path: str, f: BinaryIO, helper: edgehelper.EdgeHelper | None = None) 
     split = -1  # the byte offset from which EDGE lines are the helper's; -1: none are
     nlines = 0  # the lines before this block
     for offset, data in read_runs(path, f, _CHUNK):
-        theirs = False  # are this block's EDGE lines the helper's?
         if helper is not None:
             if split < 0 and holds_edge(data):
                 split = helper.split_offset(offset, reader.unindexed())
@@ -123,25 +122,16 @@ def _parse(path: str, f: BinaryIO, helper: edgehelper.EdgeHelper | None = None) 
                     helper.stop()
                     helper = None
                     reader.need_index()
-            theirs = 0 <= split <= offset
-            if theirs and data.startswith(b"EDGE ") + data.count(b"\nEDGE ") == (
-                    count := data.count(b"\n") + (not data.endswith(b"\n"))):
-                # Nothing but the helper's EDGE lines, not even decoded: a NUL or a byte
-                # that is not UTF-8 there is in a name no TASK line has, which fails the
-                # helper, and the parse alone then reports it.
-                nlines += count
-                continue
+            if 0 <= split <= offset:
+                break  # the helper's share: only the runs it maps are read, below
         lines, error = decode_block(path, nlines, data)
-        quoting = b"'" in data or b'"' in data or b"\\" in data
-        take(nlines, lines, is_plain(data), quoting, theirs)
+        take(nlines, lines, is_plain(data), _quoting(data), False)
         if error is not None:
             raise error
         nlines += len(lines)
         if helper is not None and reader.arrays:
             # EDGE lines naming arrays are the reader's alone: parse on without the
-            # helper (or again, alone, should it have taken some already).
-            if theirs:
-                raise _HelperFailed
+            # helper.
             helper.stop()
             helper = None
             split = -1
@@ -151,11 +141,12 @@ def _parse(path: str, f: BinaryIO, helper: edgehelper.EdgeHelper | None = None) 
     tally = None
     if split >= 0:
         assert helper is not None
+        _read_theirs(path, f, reader, helper)
         # The helper's edges follow every one of ours in the file.
         ours = len(reader.parents)
         tally = EdgeTally(len(reader.tasks))
-        theirs_backward = helper.result(nlines, len(reader.tasks), reader.parents,
-                                        reader.children, tally)
+        theirs_backward = helper.result(len(reader.tasks), reader.parents, reader.children,
+                                        tally)
         if theirs_backward is None:
             raise _HelperFailed
         backward = backward or theirs_backward
@@ -171,6 +162,35 @@ def _parse(path: str, f: BinaryIO, helper: edgehelper.EdgeHelper | None = None) 
     dag = build_dag(path, reader.tasks, reader.index, edges, backward, reader.arrays, tally)
     dag.counted_kinds(reader.kinds, len(reader.tasks))
     return dag
+
+
+def _quoting(data: bytes) -> bool:
+    """Whether a run's lines may quote (the reader's ``take``)."""
+    return b"'" in data or b'"' in data or b"\\" in data
+
+
+def _read_theirs(path: str, f: BinaryIO, reader: _Reader,
+                 helper: edgehelper.EdgeHelper) -> None:
+    """The runs of the helper's share that hold more than EDGE lines (TASK lines,
+    comments), as the helper maps them: their EDGE lines are the helper's. The rest
+    of its share is not even read here: a NUL, a byte that is not UTF-8 or any record
+    but an EDGE there fails the helper, and the parse alone then reports it."""
+    mapped = helper.runs_to_read()
+    if mapped is None:
+        raise _HelperFailed
+    for offset, length, before in mapped:
+        try:
+            data = os.pread(f.fileno(), length, offset)
+        except OSError:
+            raise _HelperFailed from None  # the parse alone reports it
+        if len(data) != length:
+            raise _HelperFailed  # the file changed
+        lines, error = decode_block(path, before, data)
+        reader.take(before, lines, is_plain(data), _quoting(data), True)
+        if error is not None:
+            raise error
+        if reader.arrays:  # EDGE lines naming arrays are the reader's alone
+            raise _HelperFailed
 
 
 class _Reader:
