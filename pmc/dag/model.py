@@ -352,17 +352,14 @@ class TaskView:
         return map(self.dag.task, self.ids)
 
 
-# A task's TaskOptions, read without a Python call: over a few hundred thousand tasks,
-# C speed, where three property reads per task cost a tenth of a second.
+# A task's TaskOptions, read in C: three property reads a task cost far more.
 options_of = attrgetter("_options")
-_first = itemgetter(0)
 
 
 def options_among(tasks: Iterable[Optioned]) -> Iterator[TaskOptions]:
-    """The options of ``tasks``, each run of equal ones once (to be gathered in a set):
-    tasks alike come in runs sharing one TaskOptions, and neighbours compare by identity
-    first where a set hashes every task's (~25 ns a task against ~85)."""
-    return map(_first, groupby(map(options_of, tasks)))
+    """The options of ``tasks``, each run of equal ones once (for a set): tasks alike share
+    one TaskOptions, compared by identity (~25 ns a task; a set hashes each, ~85)."""
+    return map(itemgetter(0), groupby(map(options_of, tasks)))
 
 
 class ArrayRange(Protocol):
@@ -419,19 +416,17 @@ class DAG:
         self.nparents = nparents
         # By name, in DAG order: the reader's dict itself (an open run adds to it).
         self.arrays = cast(dict[str, ArrayRange], arrays) if arrays else {}
-        self._kinds: set[TaskOptions] = set()  # the distinct options of the first tasks:
-        self._counted = 0  # of so many
-        self._changes = _changes[0]  # while no option was set since
+        self._kinds: set[TaskOptions] = set()  # the distinct options of the first
+        self._counted = 0  # so many tasks, while no option was set since:
+        self._changes = _changes[0]
 
     def counted_kinds(self, kinds: set[TaskOptions], counted: int) -> None:
-        """The distinct options of the first ``counted`` tasks, counted already (a big
-        DAG's reader counts them while it waits for its edge helper)."""
+        """The distinct options of the first ``counted`` tasks (the reader's)."""
         self._kinds, self._counted = kinds, counted
 
     def option_kinds(self) -> AbstractSet[TaskOptions]:
         """The distinct options of every task (a task array's members: the array's; its
-        joins: JOIN_OPTIONS). Counted once, and a task added since when asked again: ten
-        million tasks take a second."""
+        joins: JOIN_OPTIONS). Counted once, and a task added since when asked again."""
         if self._changes != _changes[0]:  # an option set since: count again
             self._kinds, self._counted, self._changes = set(), 0, _changes[0]
         tasks = self.tasks

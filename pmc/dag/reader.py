@@ -232,12 +232,11 @@ class _Reader:
         ``quoting``: they may quote; ``theirs``: their EDGEs are the edge helper's)."""
         path, tasks, index, shared, arrays = (self.path, self.tasks, self.index, self.options,
                                               self.arrays)
-        add_task, add_parent = tasks.append, self.parents.append
+        add_task, add_parent, add_kind = tasks.append, self.parents.append, self.kinds.add
         add_child, add_line = self.children.append, self.edge_lines.append
         pegasus, last_command, backward = self.pegasus, self.last_command, self.backward
-        prefix, cut, last_options = shared.prefix, shared.cut, shared.last
+        prefix, cut, last_options, kind_seen = shared.prefix, shared.cut, shared.last, None
         add_at, plain_task, pegasus_task = self.lines.append, self.plain_task, self.pegasus_task
-        add_kind, kind_seen = self.kinds.add, None
         for lineno, line in enumerate(lines, before + 1):
             # At most three fields: the rest of a TASK line is its command, kept as
             # written; the rest of an EDGE line must be exactly one name.
@@ -262,8 +261,7 @@ class _Reader:
                 add_child(c)
                 add_line(lineno)
             elif kind == "TASK":
-                tid = len(tasks)
-                command = None
+                tid, command = len(tasks), None
                 if len(parts) == 3 and parts[1][0] != "-" and not (quoting
                                                                   and has_quoting(parts[2])):
                     rest = parts[2]
@@ -279,9 +277,8 @@ class _Reader:
                         command, opts = shared.split(rest)
                         prefix, cut, last_options = shared.prefix, shared.cut, shared.last
                 if command is not None:
-                    if opts is not kind_seen:  # (tasks alike come in runs: one add a run)
-                        add_kind(opts)
-                        kind_seen = opts
+                    if opts is not kind_seen:  # (tasks alike come in runs: an add a run)
+                        kind_seen = add_kind(opts) or opts
                     # Its UTF-8 (as Task.command keeps it), one copy for a run of repeats.
                     utf8 = command.encode()
                     utf8 = last_command = last_command if utf8 == last_command else utf8
@@ -293,10 +290,8 @@ class _Reader:
                     prefix, cut, last_options = shared.prefix, shared.cut, shared.last
                     if general is None:  # a task array (extension), its members taken
                         pegasus, index = None, self.index  # (the index, built for it)
-                        self.kinds.update(options_among(tasks[tid:]))
                         continue
                     task = general
-                    add_kind(options_of(task))
                 if pegasus is not None:
                     # A plain decimal SEQ is kept as its distance from the id (see
                     # Task.pegasus_id): one shared small int when SEQ counts with it.
@@ -322,10 +317,12 @@ class _Reader:
             task_arrays.define(parsed, self.path, line, tasks, self.need_index(), self.arrays,
                                pegasus)
             self.lines.extend(array("I", [lineno]) * (len(tasks) - len(self.lines)))
+            self.kinds.update(options_among(tasks[tid:]))
             shared.waiting = None
             return None
         if shared.waiting is not None:  # a LinedTask: room for a Pegasus id
             shared.learn(parsed)
+        self.kinds.add(options_of(parsed))
         return parsed
 
     def array_edge(self, lineno: int, line: str) -> bool:
