@@ -111,7 +111,6 @@ def _parse(path: str, f: BinaryIO, helper: edgehelper.EdgeHelper | None = None) 
     # With a helper, the name index waits until an EDGE line of ours needs it: the
     # helper checks that no two TASK lines share a name, and may resolve every EDGE line.
     reader = _Reader(path, lazy=helper is not None)
-    take = reader.take
     split = -1  # the byte offset from which EDGE lines are the helper's; -1: none are
     nlines = 0  # the lines before this block
     for offset, data in read_runs(path, f, _CHUNK):
@@ -124,11 +123,7 @@ def _parse(path: str, f: BinaryIO, helper: edgehelper.EdgeHelper | None = None) 
                     reader.need_index()
             if 0 <= split <= offset:
                 break  # the helper's share: only the runs it maps are read, below
-        lines, error = decode_block(path, nlines, data)
-        take(nlines, lines, is_plain(data), _quoting(data), False)
-        if error is not None:
-            raise error
-        nlines += len(lines)
+        nlines += reader.take_run(nlines, data, False)
         if helper is not None and reader.arrays:
             # EDGE lines naming arrays are the reader's alone: parse on without the
             # helper.
@@ -141,7 +136,7 @@ def _parse(path: str, f: BinaryIO, helper: edgehelper.EdgeHelper | None = None) 
     tally = None
     if split >= 0:
         assert helper is not None
-        _read_theirs(path, f, reader, helper)
+        _read_theirs(f, reader, helper)
         # The helper's edges follow every one of ours in the file.
         ours = len(reader.parents)
         tally = EdgeTally(len(reader.tasks))
@@ -164,13 +159,7 @@ def _parse(path: str, f: BinaryIO, helper: edgehelper.EdgeHelper | None = None) 
     return dag
 
 
-def _quoting(data: bytes) -> bool:
-    """Whether a run's lines may quote (the reader's ``take``)."""
-    return b"'" in data or b'"' in data or b"\\" in data
-
-
-def _read_theirs(path: str, f: BinaryIO, reader: _Reader,
-                 helper: edgehelper.EdgeHelper) -> None:
+def _read_theirs(f: BinaryIO, reader: _Reader, helper: edgehelper.EdgeHelper) -> None:
     """The runs of the helper's share that hold more than EDGE lines (TASK lines,
     comments), as the helper maps them: their EDGE lines are the helper's. The rest
     of its share is not even read here: a NUL, a byte that is not UTF-8 or any record
@@ -185,10 +174,7 @@ def _read_theirs(path: str, f: BinaryIO, reader: _Reader,
             raise _HelperFailed from None  # the parse alone reports it
         if len(data) != length:
             raise _HelperFailed  # the file changed
-        lines, error = decode_block(path, before, data)
-        reader.take(before, lines, is_plain(data), _quoting(data), True)
-        if error is not None:
-            raise error
+        reader.take_run(before, data, True)
         if reader.arrays:  # EDGE lines naming arrays are the reader's alone
             raise _HelperFailed
 
@@ -225,6 +211,16 @@ class _Reader:
         # The distinct options of the tasks read (DAG.option_kinds), gathered as they are:
         # a pass over ten million tasks afterwards takes a quarter of a second or more.
         self.kinds: set[TaskOptions] = set()
+
+    def take_run(self, before: int, data: bytes, theirs: bool) -> int:
+        """Decode a run of whole lines and ``take`` them, from line ``before + 1`` on; how
+        many. The first bad line raises its DagError once the lines above it are read."""
+        lines, error = decode_block(self.path, before, data)
+        quoting = b"'" in data or b'"' in data or b"\\" in data
+        self.take(before, lines, is_plain(data), quoting, theirs)
+        if error is not None:
+            raise error
+        return len(lines)
 
     def take(self, before: int, lines: list[str], plain: bool, quoting: bool,
              theirs: bool) -> None:
