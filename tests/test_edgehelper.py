@@ -371,6 +371,15 @@ def test_ids_of_names() -> None:
         edgehelper._ids(index, [b"a", b"c"])
 
 
+def test_the_helper_asks_for_huge_pages_unless_the_user_says_otherwise() -> None:
+    env = edgehelper._environment
+    assert env({"PATH": "/bin"}) == {"PATH": "/bin", "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
+    assert env({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"})["GLIBC_TUNABLES"] == (
+        "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1")
+    assert env({"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"})["GLIBC_TUNABLES"] == (
+        "glibc.malloc.hugetlb=0")
+
+
 @pytest.mark.parametrize("cut", [1, 4, 5, 9])
 def test_tally_from_the_end_back_is_the_tally_of_all(cut: int) -> None:
     """Runs counted from the end of the file back count as the whole at once; edges in

@@ -42,6 +42,19 @@ def test_roots_ready_in_dag_order_then_children(tmp_path: Path) -> None:
     assert e.finished() and e.succeeded()
 
 
+@pytest.mark.parametrize("parents", [1, 255, 256, 257, 65536])
+def test_a_task_waits_for_every_parent_however_many(tmp_path: Path, parents: int) -> None:
+    # The start reads the counts of parents in bytes: 256 and 65,536 have a low byte of 0.
+    tasks = "".join(f"TASK p{i} /bin/true\n" for i in range(parents))
+    edges = "".join(f"EDGE p{i} join\n" for i in range(parents))
+    dag = make(tmp_path, f"{tasks}TASK join /bin/true\nTASK alone /bin/true\n{edges}")
+    e = Engine(dag)
+    ready = drain(e)
+    assert names(dag, ready) == [*(f"p{i}" for i in range(parents)), "alone"]
+    for task in ready[:-1]:
+        assert names(dag, e.complete(task, ok=True)[1]) == ([] if task != ready[-2] else ["join"])
+
+
 def test_higher_priority_first_then_dag_order(tmp_path: Path) -> None:
     dag = make(tmp_path, "TASK a /bin/true\nTASK b -p 5 /bin/true\nTASK c -p -1 /bin/true\n"
                          "TASK d -p 5 /bin/true\nTASK e /bin/true\n")

@@ -50,7 +50,7 @@ import sys
 import time
 from array import array
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from itertools import repeat
 from operator import eq, ge, itemgetter
 from typing import IO
@@ -73,6 +73,11 @@ _FRAME = struct.Struct("=Q")
 _END = (1 << 64) - 1  # the frame count that ends the frames
 _HEADER = struct.Struct("=QQB")
 _PIPE_BYTES = 1 << 20  # the helper's stdout, where the system allows (the default is 64 KiB)
+# The helper's name index is a dict far bigger than the TLB reaches with 4 KiB pages.
+# Where transparent huge pages are given only on request (the "madvise" setting), glibc
+# (2.35 on) asks for them for what it allocates when told so: at ten million tasks the
+# lookups then take 0.5-1 s less. Elsewhere the tunable is unknown and ignored.
+_HUGE_PAGES = "glibc.malloc.hugetlb=1"
 
 
 class EdgeHelper:
@@ -86,6 +91,7 @@ class EdgeHelper:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
+            env=_environment(os.environ),
         )
 
     def split_offset(self, first_edges: int, unindexed: int) -> int:
@@ -143,6 +149,15 @@ class EdgeHelper:
                 except OSError:
                     pass  # the question not delivered: the helper is gone anyway
         self.proc.wait()
+
+
+def _environment(env: Mapping[str, str]) -> dict[str, str]:
+    """The helper's environment: the parser's, with huge pages asked of glibc unless
+    the user's own tunables say otherwise."""
+    tunables = env.get("GLIBC_TUNABLES", "")
+    if "glibc.malloc.hugetlb=" in tunables:
+        return dict(env)
+    return {**env, "GLIBC_TUNABLES": f"{tunables}:{_HUGE_PAGES}" if tunables else _HUGE_PAGES}
 
 
 def _read(out: IO[bytes], tasks: int, parents: array[int], children: array[int],
