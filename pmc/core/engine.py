@@ -21,14 +21,13 @@ from __future__ import annotations
 import enum
 import heapq
 import re
-import sys
 from array import array
 from collections.abc import Iterable, Iterator
 from itertools import compress
-from operator import attrgetter, not_
 from typing import TYPE_CHECKING
 
 from pmc.core.pathorder import PathOrder
+from pmc.core.startready import ids_where, no_parent, readied
 from pmc.dag import DAG
 from pmc.dag.model import JOIN_OPTIONS, TaskOptions, options_of, request_of
 
@@ -65,44 +64,6 @@ def _key(priority: int, task_id: int, index: int = 0) -> int:
     """A ready heap's key: priority (higher first), then an array member's index, then
     the id (DAG order)."""
     return (-priority << 64) | (index << 32) | task_id
-
-
-_id_of = attrgetter("id")
-# A translate table: 1 where a byte is 0, else 0 (1 where WAITING; READY where no parent)
-_ONE_WHERE_ZERO = bytes([1] + [0] * 255)
-
-
-def _no_parent(waiting_on: array[int]) -> bytes:
-    """A byte per task: 1 where it waits for no parent, else 0. Where no task waits for
-    256 parents or more, the counts' low bytes are translated in C (ten million tasks:
-    0.06 s, where a map over the counts takes 0.26)."""
-    counts = waiting_on.tobytes()
-    size = waiting_on.itemsize
-    low = counts[0 if sys.byteorder == "little" else size - 1 :: size]
-    if counts.count(0) - low.count(0) == (size - 1) * len(low):  # every other byte is 0
-        return low.translate(_ONE_WHERE_ZERO)
-    return bytes(map(not_, waiting_on))
-
-
-def _readied(state: bytearray, waiting_on: array[int]) -> bytes:
-    """``state`` with READY where a task is WAITING with no parent left: in C, as whole
-    numbers of the bytes (a million tasks in milliseconds, where a map over pairs of
-    bytes took a second)."""
-    n = len(state)
-    no_parent = int.from_bytes(_no_parent(waiting_on), "little")
-    waiting = int.from_bytes(state.translate(_ONE_WHERE_ZERO), "little")
-    ready = no_parent & waiting  # a byte of 1, READY, where both are
-    return (int.from_bytes(state, "little") | ready).to_bytes(n, "little")
-
-
-def _ids_where(dag: DAG, ready: Iterable[object]) -> list[int]:
-    """The ids where ``ready`` is true, in DAG order, as the int objects the DAG's tasks
-    already hold (their ``id``): a list of a few hundred thousand ready ids made from
-    ``range`` would hold an int object of its own for each, ~32 bytes apiece (12 MB at
-    365,000 roots). A DAG with task arrays holds placeholders, not Tasks: ``range``."""
-    if dag.arrays:
-        return list(compress(range(len(dag)), ready))
-    return list(map(_id_of, compress(dag.tasks, ready)))
 
 
 class Engine:
@@ -180,12 +141,12 @@ class Engine:
                         waiting_on[child] -= 1
             if dag.arrays:
                 self._pass_joins()
-            state[:] = _readied(state, waiting_on)
+            state[:] = readied(state, waiting_on)
             return self._ready_at_start()
         # No rescue log: READY (1) exactly where no parent is, built in C, not a Python
         # loop over a million tasks.
-        state[:] = _no_parent(waiting_on)
-        return _ids_where(dag, state), []
+        state[:] = no_parent(waiting_on)
+        return ids_where(dag, state), []
 
     def _fill_heaps(self, roots: list[int], runs: list[tuple[int, int]]) -> None:
         """The ready classes' heaps at the start."""
@@ -240,7 +201,7 @@ class Engine:
         is_ready = _READY.__eq__
         runs: list[tuple[int, int]] = []
         if not self.dag.arrays:
-            return _ids_where(self.dag, map(is_ready, state)), runs
+            return ids_where(self.dag, map(is_ready, state)), runs
         roots: list[int] = []
         pos = 0
         for owner in self.dag.arrays.values():
