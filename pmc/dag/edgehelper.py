@@ -366,6 +366,11 @@ _TASK = re.compile(rb"\nTASK[ \t\r]+(\S+)"), re.compile(rb"\nTASK[ \t\r]+([^ \t\
 _FIRST_TASK = re.compile(rb"TASK[ \t\r]+(\S+)"), re.compile(rb"TASK[ \t\r]+([^ \t\r\n]+)")
 
 
+def _odd(data: bytes) -> bool:
+    """Whether ``data`` holds a blank of _ODD_BLANKS."""
+    return any(odd in data for odd in _ODD_BLANKS)
+
+
 def _fields(line: bytes) -> list[bytes]:
     text = line.strip(_BLANKS)
     return _BLANK_RUN.split(text) if text else []
@@ -374,7 +379,7 @@ def _fields(line: bytes) -> list[bytes]:
 def _names(path: str, data: bytes, lines: int, index: dict[bytes, int], ntasks: int) -> int:
     """Index the names of a run's TASK records (``lines`` lines), the first being task
     ``ntasks``; the count of tasks after them. A name given twice raises DagError."""
-    odd = any(odd in data for odd in _ODD_BLANKS)
+    odd = _odd(data)
     names = _TASK[odd].findall(data)
     if first := _FIRST_TASK[odd].match(data):
         names.insert(0, first[1])
@@ -406,7 +411,7 @@ def _edges(path: str, data: bytes, lines: int, index: dict[bytes, int], defined:
     points backward); DagError (or KeyError) for a bad one: a self edge, an unknown name,
     a name defined below it, a line with more or fewer than two names. ``defined``: the
     tasks defined before the run where some are defined after it; -1 where none is."""
-    fields = data.split() if not any(odd in data for odd in _ODD_BLANKS) else []
+    fields = data.split() if not _odd(data) else []
     n = len(fields) // 3
     limits = None  # the tasks defined above each EDGE line, where TASK lines are among them
     # A run of nothing but EDGE records of two names each, split in one go: n lines, each
