@@ -12,13 +12,12 @@ import sys
 from array import array
 from collections.abc import Iterable
 from itertools import compress
-from operator import attrgetter, not_
+from operator import not_
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pmc.dag import DAG
 
-_id_of = attrgetter("id")
 _ONE_WHERE_ZERO = bytes([1] + [0] * 255)  # translate: 1 where WAITING, or no parent left
 
 
@@ -46,10 +45,7 @@ def readied(state: bytearray, waiting_on: array[int]) -> bytes:
 
 
 def ids_where(dag: DAG, ready: Iterable[object]) -> list[int]:
-    """The ids where ``ready`` is true, in DAG order, as the int objects the DAG's tasks
-    already hold (their ``id``): a list of a few hundred thousand ready ids made from
-    ``range`` would hold an int object of its own for each, ~32 bytes apiece (12 MB at
-    365,000 roots). A DAG with task arrays holds placeholders, not Tasks: ``range``."""
-    if dag.arrays:
-        return list(compress(range(len(dag)), ready))
-    return list(map(_id_of, compress(dag.tasks, ready)))
+    """The ids where ``ready`` is true, in DAG order, as int objects the DAG holds
+    already where it can (``DAG.id_objects``): a list of a few hundred thousand ids made
+    anew holds an int object for each, ~32 bytes apiece."""
+    return list(compress(dag.id_objects(), ready))

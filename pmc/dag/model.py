@@ -178,9 +178,9 @@ class Task(Optioned):
     The options live in one immutable ``TaskOptions`` shared by every task that
     sets none of them, and by tasks whose option text is the same (``-m 1 -c 1`` on
     every line), so a task costs four slots instead of twelve. They read and assign
-    like plain attributes. A task of the parser's fast path is 64 bytes (and its
-    command's bytes, ``command``): its line is
-    kept by the parse, in one table of four bytes a task (``parsed_classes``), and its
+    like plain attributes. A task of the parser's fast path (``pmc.dag.parsed``) is 64
+    bytes (and its command's bytes, ``command``), its id given only when it is handed
+    out: its line is kept by the parse, in one table of four bytes a task, and its
     Pegasus id, if it has one, in a slot of a subclass, so a task without one pays
     nothing for it (a fifth or sixth slot would make every task 80 bytes: ten million
     tasks, 160 MB). ``Task(...)`` makes a ``LinedTask``, which keeps both itself.
@@ -300,6 +300,7 @@ class Task(Optioned):
             del self._pegasus
 
     def made(self, task_id: int) -> Task:
+        self.id = task_id  # (a parsed task's is given here: pmc.dag.parsed)
         return self
 
     def name_of(self, task_id: int) -> str:
@@ -322,17 +323,6 @@ class LinedTask(Task):
     @line.setter
     def line(self, value: int) -> None:
         self._line = value
-
-
-def parsed_classes(lines: Sequence[int]) -> tuple[type[Task], type[Task]]:
-    """The classes of a parse's fast-path tasks, their lines in ``lines`` (by id): one
-    with room for a Pegasus id, one without."""
-    plain = cast("type[Task]", type("Task", (Task,), {
-        "__slots__": (), "_lines": lines, "__module__": __name__, "__doc__": Task.__doc__}))
-    pegasus = cast("type[Task]", type("PegasusTask", (plain,), {
-        "__slots__": ("_pegasus",), "__module__": __name__,
-        "__doc__": "A parsed Task with a Pegasus id."}))
-    return plain, pegasus
 
 
 class TaskView:
@@ -379,8 +369,8 @@ class ArrayRange(Protocol):
 class DAG:
     """Tasks in DAG order plus edges in compressed (CSR) form: small for a million tasks.
 
-    ``index`` maps each name to its id and holds them in DAG order (ids 0, 1, 2, ...),
-    its values the tasks' own ``id`` objects. A big DAG's parse leaves it to be built
+    ``index`` maps each name to its id and holds them in DAG order (ids 0, 1, 2, ...).
+    A big DAG's parse leaves it to be built
     on first use (``index=None``): ten million names cost a parse 15 s, and a run that
     looks no task up by name (no rescue log, no open workflow) never needs them.
 
@@ -405,10 +395,11 @@ class DAG:
     ) -> None:
         self.path = path
         self.tasks = tasks
-        # ``tasks``, read where every id is known to hold its Task: a plain task's, and
-        # an array member's from the moment it is taken to run until its last try has
-        # ended (``pmc.runtime.placement``, the master's ``complete``). The same list,
-        # an attribute: the master reads it several times a task.
+        # ``tasks``, read where every id is known to hold its Task, handed out once by
+        # ``task`` (which gives a parsed task its id): a plain task's, and an array
+        # member's from the moment it is taken to run until its last try has ended
+        # (``pmc.runtime.placement``, the master's ``complete``). The same list, an
+        # attribute: the master reads it several times a task.
         self.made = cast(list[Task], tasks)
         self._index = index
         self.child_start = child_start  # len(tasks) + 1 offsets into child_list
@@ -446,6 +437,13 @@ class DAG:
             self._index = name_index(self.made)
         return self._index
 
+    def id_objects(self) -> Iterable[int]:
+        """Every id in order: the index's own int objects where it is built and holds
+        them all (no task arrays), else new ones."""
+        if self._index is not None and not self.arrays:
+            return self._index.values()
+        return range(len(self.tasks))
+
     @property
     def ntasks(self) -> int:
         """The tasks: plain ones and array members, not the joins."""
@@ -474,12 +472,12 @@ class DAG:
 
 
 def name_index(tasks: Sequence[Task]) -> dict[str, int]:
-    """Each task's id by name, the ids the tasks' own objects (a name given twice: the
+    """Each task's id by name, ``tasks`` being a DAG's from id 0 (a name given twice: the
     last task's, and fewer entries than tasks)."""
-    return dict(zip(map(_name_of, tasks), map(_id_of, tasks), strict=True))
+    return dict(zip(map(_name_of, tasks), range(len(tasks)), strict=True))
 
 
-_name_of, _id_of = attrgetter("name"), attrgetter("id")
+_name_of = attrgetter("name")
 
 
 def member_id(arrays: Mapping[str, ArrayRange], name: str) -> int | None:

@@ -39,8 +39,8 @@ from pmc.dag.model import (
     new_task,
     options_among,
     options_of,
-    parsed_classes,
 )
+from pmc.dag.parsed import parsed_classes
 from pmc.dag.taskline import SIMPLE_OPTIONS, option_values, parse_task, pegasus_seq
 from pmc.dag.words import SPACE, has_quoting
 
@@ -207,7 +207,7 @@ class _Reader:
         self.options = _SharedOptions()
         self.arrays: dict[str, task_arrays.Array] = {}  # task arrays (a pmc extension)
         self.lines = array("I")  # the line of each id (see Task.line)
-        self.plain_task, self.pegasus_task = parsed_classes(self.lines)
+        self.plain_task, self.pegasus_task = parsed_classes(self.lines, self.tasks)
         # The distinct options of the tasks read (DAG.option_kinds), gathered as they are:
         # a pass over ten million tasks afterwards takes a quarter of a second or more.
         self.kinds: set[TaskOptions] = set()
@@ -278,9 +278,9 @@ class _Reader:
                     # Its UTF-8 (as Task.command keeps it), one copy for a run of repeats.
                     utf8 = command.encode()
                     utf8 = last_command = last_command if utf8 == last_command else utf8
-                    # Not Task(...): in Python 3.11 the call costs three times these lines.
+                    # Not Task(...), in 3.11 three times these lines; no id (pmc.dag.parsed).
                     task = new_task(plain_task if pegasus is None else pegasus_task)
-                    task.id, task.name, task._command, task._options = tid, parts[1], utf8, opts
+                    task.name, task._command, task._options = parts[1], utf8, opts
                 else:
                     general = self.general_task(lineno, line, parts, tid, pegasus)
                     prefix, cut, last_options = shared.prefix, shared.cut, shared.last
@@ -435,4 +435,7 @@ def read_task_lines(path: str, lines: list[str], before: int = 0,
     must have been blanked by the caller (``pmc.dag.extend`` reads those itself)."""
     reader = _Reader(path)
     reader.take(before, lines, False, True, False)
+    for task_id, task in enumerate(reader.tasks):  # each handed out, as a DAG would
+        if isinstance(task, Task):
+            task.made(task_id)
     return reader.tasks, reader.need_index(), reader.arrays

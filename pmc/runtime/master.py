@@ -271,7 +271,7 @@ class Master:
         # as the reference numbers its submissions.
         self.seq[task_id] = self.next_seq
         self.next_seq += 1
-        task = self.dag.task(task_id) if self.members else self.dag.made[task_id]
+        task = self.dag.task(task_id)
         self.placer.readied(task_id)
         if self.debug:
             log.debug(f"Queueing task {task.name}")

@@ -62,10 +62,10 @@ class Placer:
         which an observer that counts them counts at once."""
         seq = self.seq
         if self.debug:  # each line beside what the observers write of its task
-            tasks = self.dag.made
+            hand_out = self.dag.task
             ready = self.out.ready
             for task_id in task_ids:
-                task = tasks[task_id]
+                task = hand_out(task_id)
                 seq[task_id] = number
                 log.debug(f"Queueing task {task.name}")
                 ready(task, number)
@@ -353,8 +353,9 @@ class Placer:
         return self.resources.find_request(cls) is not None
 
     def admit(self, task_id: int, left: float | None) -> bool:
-        """False (and the task held for the next run) if it would outlast the wall time."""
-        task = self.dag.made[task_id]
+        """False (and the task held for the next run) if it would outlast the wall time.
+        Where a task is handed out to be placed: from here on it has its id."""
+        task = self.dag.task(task_id)
         if left is None or task.expected_runtime is None or task.expected_runtime <= left:
             return True
         self.engine.hold(task_id)
