@@ -370,9 +370,9 @@ class DAG:
     """Tasks in DAG order plus edges in compressed (CSR) form: small for a million tasks.
 
     ``index`` maps each name to its id and holds them in DAG order (ids 0, 1, 2, ...).
-    A big DAG's parse leaves it to be built
-    on first use (``index=None``): ten million names cost a parse 15 s, and a run that
-    looks no task up by name (no rescue log, no open workflow) never needs them.
+    A big DAG's parse leaves it to be built on first use (``index=None``): ten million
+    names cost a parse 15 s, and a run that looks no task up by name (no rescue log, no
+    open workflow) never needs them.
 
     Task arrays (a pmc extension, ``pmc.dag.arrays``) take a range of ids each: a hidden
     join node, the members, another join. ``tasks`` holds for each member the array's

@@ -33,9 +33,9 @@ def parsed_classes(lines: Sequence[int], tasks: Sequence[Optioned],
             return _ID_SLOT.__get__(task, Task)  # type: ignore[no-any-return]
 
     plain = cast("type[Task]", type("Task", (Task,), {
-        "__slots__": (), "_lines": lines, "__module__": "pmc.dag.model", "__doc__": Task.__doc__,
+        "__slots__": (), "_lines": lines, "__module__": Task.__module__, "__doc__": Task.__doc__,
         "id": property(get_id, _ID_SLOT.__set__, doc="The task's id (see parsed_classes).")}))
     pegasus = cast("type[Task]", type("PegasusTask", (plain,), {
-        "__slots__": ("_pegasus",), "__module__": "pmc.dag.model",
+        "__slots__": ("_pegasus",), "__module__": Task.__module__,
         "__doc__": "A parsed Task with a Pegasus id."}))
     return plain, pegasus
