@@ -27,9 +27,7 @@ def parsed_classes(lines: Sequence[int], tasks: Sequence[Optioned],
         try:
             return _ID_SLOT.__get__(task, Task)  # type: ignore[no-any-return]
         except AttributeError:
-            for task_id, each in enumerate(tasks):
-                if isinstance(each, plain):
-                    _ID_SLOT.__set__(each, task_id)
+            give_ids(tasks)
             return _ID_SLOT.__get__(task, Task)  # type: ignore[no-any-return]
 
     plain = cast("type[Task]", type("Task", (Task,), {
@@ -39,3 +37,11 @@ def parsed_classes(lines: Sequence[int], tasks: Sequence[Optioned],
         "__slots__": ("_pegasus",), "__module__": Task.__module__,
         "__doc__": "A parsed Task with a Pegasus id."}))
     return plain, pegasus
+
+
+def give_ids(tasks: Sequence[Optioned]) -> None:
+    """Give every Task of ``tasks`` its id, its place there, in one pass (a parse's
+    tasks handed out all at once)."""
+    for task_id, each in enumerate(tasks):
+        if isinstance(each, Task):
+            _ID_SLOT.__set__(each, task_id)

@@ -40,7 +40,7 @@ from pmc.dag.model import (
     options_among,
     options_of,
 )
-from pmc.dag.parsed import parsed_classes
+from pmc.dag.parsed import give_ids, parsed_classes
 from pmc.dag.taskline import SIMPLE_OPTIONS, option_values, parse_task, pegasus_seq
 from pmc.dag.words import SPACE, has_quoting
 
@@ -435,7 +435,5 @@ def read_task_lines(path: str, lines: list[str], before: int = 0,
     must have been blanked by the caller (``pmc.dag.extend`` reads those itself)."""
     reader = _Reader(path)
     reader.take(before, lines, False, True, False)
-    for task_id, task in enumerate(reader.tasks):  # each handed out, as a DAG would
-        if isinstance(task, Task):
-            task.made(task_id)
+    give_ids(reader.tasks)  # each handed out, as a DAG would
     return reader.tasks, reader.need_index(), reader.arrays
