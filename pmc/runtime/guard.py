@@ -13,6 +13,14 @@ then it removes the cgroups. No per-task preexec, no PR_SET_PDEATHSIG.
 A slot holds a group and its complement (``_SLOT``): one torn by the worker's death in
 the middle of a store reads as neither, and is passed over.
 
+A task's group can go in the table only once the spawn has given its pid, and by then
+the task runs: a worker killed in between (seen: 1 run in ~100 of a test that kills a
+worker as its task starts, on a loaded 2-core machine) left the task running for ever.
+So the first slot marks a spawn under way, with the boot-time second it began
+(``Guard.spawning``; cleared by ``hold``); finding it, the guard looks for the task
+itself (``orphans``): a process group leader of this session, reparented from the
+worker as the guard was, started since the mark, and not a guard.
+
 Run as a program (``command``): ``python -I -S`` imports this file as the top-level
 module ``guard`` from its own directory and calls ``main(argv)``. As a program it imports
 nothing of pmc (not even the ``pmc`` package), and it is loaded from its cached bytecode,
@@ -36,12 +44,14 @@ _BOOT = ("import sys; sys.path.append(sys.argv[1].rpartition('/')[0]); import gu
 _SLOT = struct.Struct("=ii")  # a held process group, and its complement (~pgid)
 _TABLE_FD = 3  # the table, in the guard
 _FIRST_SLOTS = 512  # one page; the table doubles when full
+_MARK = 0  # the slot of the spawn under way (boot-time second, negated: no group)
 
 
-def command(grace: float) -> list[str]:
-    """The command that runs the guard with ``grace`` seconds between SIGTERM and
-    SIGKILL."""
-    return [sys.executable, "-I", "-S", "-c", _BOOT, os.path.abspath(__file__), repr(grace)]
+def command(grace: float, worker: int) -> list[str]:
+    """The command that runs the guard of ``worker`` (a pid) with ``grace`` seconds
+    between SIGTERM and SIGKILL."""
+    return [sys.executable, "-I", "-S", "-c", _BOOT, os.path.abspath(__file__), repr(grace),
+            str(worker)]
 
 
 class Guard:
@@ -89,15 +99,30 @@ class Guard:
         if self.table is not None:
             self.table.close()
         self.table = mmap.mmap(self.table_fd, size * _SLOT.size)
-        self.free.extend(range(size - 1, old - 1, -1))
+        self.free.extend(range(size - 1, max(old, _MARK + 1) - 1, -1))
 
     def ready(self) -> None:
         """Start the guard, if not yet: before the process whose group it is to hold."""
         if not self.started:
             self._start()
 
+    def spawning(self) -> None:
+        """A task is about to be spawned (the guard started first, if not yet): marked,
+        until ``hold`` or ``spawned_none``, so that a worker killed before it holds the
+        task's group still leaves no task behind."""
+        self.ready()
+        if self.table is not None:
+            mark = -int(time.clock_gettime(time.CLOCK_BOOTTIME))
+            _SLOT.pack_into(self.table, _MARK * _SLOT.size, mark, ~mark)
+
+    def spawned_none(self) -> None:
+        """The spawn marked failed: nothing to look for."""
+        if self.table is not None:
+            _SLOT.pack_into(self.table, _MARK * _SLOT.size, 0, 0)
+
     def hold(self, pgid: int) -> int:
-        """Put a task's process group in the table; returns its slot (-1: no guard)."""
+        """Put a task's process group in the table (the spawn mark cleared); returns its
+        slot (-1: no guard)."""
         self.ready()
         if self.table is None:
             return -1
@@ -105,6 +130,7 @@ class Guard:
             self._grow()
         slot = self.free.pop()
         _SLOT.pack_into(self.table, slot * _SLOT.size, pgid, ~pgid)
+        _SLOT.pack_into(self.table, _MARK * _SLOT.size, 0, 0)
         return slot
 
     def release(self, slot: int) -> None:
@@ -136,7 +162,7 @@ def start(grace: float, table: int) -> tuple[int, int]:
     """Start the guard with ``table`` as its fd 3; return the write end of its pipe and
     its pid ((-1, 0) if it could not start)."""
     rd, wr = os.pipe()
-    argv = command(grace)
+    argv = command(grace, os.getpid())
     pid = 0
     try:
         pid = os.posix_spawn(
@@ -185,13 +211,57 @@ def read_announcements(fd: int) -> list[str]:
 
 def read_table(fd: int) -> set[int]:
     """The process groups held in the table at ``fd`` (none if there is no table)."""
+    return {g for g, check in _slots(fd) if g > 0 and check == ~g}
+
+
+def read_mark(fd: int) -> int | None:
+    """The boot-time second of the spawn under way in the table at ``fd``, if one is."""
+    for mark, check in _slots(fd)[_MARK : _MARK + 1]:
+        if mark < 0 and check == ~mark:
+            return -mark
+    return None
+
+
+def _slots(fd: int) -> list[tuple[int, int]]:
     try:
         size = os.fstat(fd).st_size
         data = os.pread(fd, size, 0)
     except OSError:
-        return set()
-    data = data[:len(data) - len(data) % _SLOT.size]
-    return {g for g, check in _SLOT.iter_unpack(data) if g > 0 and check == ~g}
+        return []
+    return list(_SLOT.iter_unpack(data[:len(data) - len(data) % _SLOT.size]))
+
+
+def orphans(worker: int, since: int, guard_path: str) -> set[int]:
+    """The task ``worker`` spawned, from boot-time second ``since`` on, and died before
+    it could hold: a process group leader of this session whose parent is the worker
+    or, once the worker's children are reparented (at most a moment after its pipe
+    closed), the guard's own new parent; started since then; not a guard."""
+    deadline = time.monotonic() + 1.0
+    while os.getppid() == worker and time.monotonic() < deadline:
+        time.sleep(0.01)
+    parents = {worker, os.getppid()}
+    me, session, tick = os.getpid(), os.getsid(0), os.sysconf("SC_CLK_TCK")
+    found = set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        pid = int(name)
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+            # After the name: state ppid pgrp session ... starttime (the 20th).
+            fields = stat[stat.rindex(b")") + 2 :].split()
+            ppid, pgrp, sid, start = (int(fields[i]) for i in (1, 2, 3, 19))
+            if (pgrp != pid or sid != session or ppid not in parents
+                    or start // tick < since - 1 or fields[0] == b"Z"):
+                continue
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if guard_path.encode() in f.read():
+                    continue
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        found.add(pid)
+    return found
 
 
 def _signal_all(groups: set[int], sig: int) -> set[int]:
@@ -245,7 +315,11 @@ def main(argv: list[str]) -> int:
         signal.signal(s, signal.SIG_IGN)
     grace = float(argv[0])
     cgroups = read_announcements(0)
-    terminate(read_table(_TABLE_FD), grace)
+    groups = read_table(_TABLE_FD)
+    since = read_mark(_TABLE_FD)
+    if since is not None and len(argv) > 1:
+        groups |= orphans(int(argv[1]), since, os.path.abspath(__file__))
+    terminate(groups, grace)
     remove_cgroups(cgroups)
     return 0
 

@@ -33,6 +33,7 @@ class HostScript:
         path = self.path
         rank = self.rank
         log.debug(f"Worker {rank}: Launching host script {path}")
+        self.guard.spawning()
         try:
             # Its stdout goes to stderr, as the reference's: the run's stdout carries the
             # records. Its own process group (killed at the end), but the job's session,
@@ -41,6 +42,7 @@ class HostScript:
                 [path], stdin=subprocess.DEVNULL, stdout=2, process_group=0, env=self.env,
             )
         except OSError as e:
+            self.guard.spawned_none()
             # PMC's child writes this and exits 1 (wait status 256).
             log.error(f"Unable to exec host script: {e.strerror}")
             return False, f"Worker {rank}: Host script failed with status 256"

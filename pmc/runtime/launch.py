@@ -193,11 +193,13 @@ class Launcher:
         r.start = time.time()
         r.t0 = time.monotonic()
         # The guard runs before the first task does, and holds each task's group from the
-        # moment it is spawned: a worker killed just after leaves no task behind.
-        self.guard.ready()
+        # moment it is spawned: a worker killed just after, even before it holds the
+        # group, leaves no task behind.
+        self.guard.spawning()
         try:
             self.spawn(r, argv, env, out_fd, err_fd, moves)
         except OSError as e:
+            self.guard.spawned_none()
             for fd in (*write_ends, *read_ends):
                 os.close(fd)
             # What the reference's child writes to the task's stderr when execve fails

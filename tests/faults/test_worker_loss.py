@@ -66,7 +66,8 @@ def test_embedded_lost_worker_task_runs_elsewhere(tmp_path: Path, marker: str) -
         assert tasks, "the worker runs a task"
         os.kill(victim, signal.SIGKILL)
         left = wait_gone(tasks, 10)
-        assert not left, f"the killed worker's task processes survived: {left}"
+        assert not left, ("the killed worker's task processes survived: "
+                          f"{ {pid: cmdline(pid) for pid in left} }")
         (tmp_path / "release").touch()
         code = finish(proc, 60)
     finally:
