@@ -192,9 +192,8 @@ class Launcher:
             return self.fail_now(r, message, out_fd)
         r.start = time.time()
         r.t0 = time.monotonic()
-        # The guard runs before the first task does, and holds each task's group from the
-        # moment it is spawned: a worker killed just after, even before it holds the
-        # group, leaves no task behind.
+        # The guard runs before the first task does and marks each spawn: a worker killed
+        # at any moment after leaves no task behind (pmc.runtime.guard).
         self.guard.spawning()
         try:
             self.spawn(r, argv, env, out_fd, err_fd, moves)
