@@ -8,12 +8,12 @@ master ends the job itself: ``MPI_Abort`` with the workflow's exit status (PMI's
 abort in a run without MPI, ``pmc.transport.onehost``). Hydra's mpiexec then kills every
 rank and exits with that status; srun ends the step, and pmc's batch script takes the
 workflow's status from its record, as after any lost rank. The abort waits (at most
-``DRAIN_WITHIN`` seconds) until the launcher has read what the master wrote to its stdout
-and stderr: the launcher ends its part on the abort without reading the rest of the
-master's pipes, and the run's last lines (``Workflow failed``, the warning below) were
-lost so in one run of 20 to 40 under Hydra on a loaded 2-core machine. Should the
-launcher still be there ``FALLBACK_AFTER`` seconds later (its part on a node that hangs does not
-answer), a watchdog forked before the abort ends it: the job step (``scancel
+``DRAIN_WITHIN`` seconds) until the launcher has read what the master wrote to its
+stdout and stderr: the launcher ends its part on the abort without reading the rest of
+the master's pipes, and the run's last lines (``Workflow failed``, the warning below)
+were lost so in one run of 20 to 40 under Hydra on a loaded 2-core machine. Should the
+launcher still be there ``FALLBACK_AFTER`` seconds later (its part on a node that hangs
+does not answer), a watchdog forked before the abort ends it: the job step (``scancel
 JOB.STEP``) inside a Slurm allocation, else the process that started the master (the
 launcher's proxy), killed.
 """
