@@ -5,11 +5,9 @@ as a program and through its worker end."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -295,60 +293,6 @@ def test_guard_table_grows_and_reuses_slots() -> None:
     finally:
         os.close(g.fd)
         _reap(g)
-
-
-# A worker that spawns its tasks as Launcher.start does (the guard marked, the task
-# spawned in a group of its own), holds the first, not the second, and is killed.
-_DYING_WORKER = """
-import os, signal, sys
-from pmc.runtime import guard
-g = guard.Guard(0.5)
-pids = []
-for hold in (True, False):
-    g.spawning()
-    pids.append(os.posix_spawn("/bin/sleep", ["sleep", "300"], os.environ, setpgroup=0,
-                               file_actions=[(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_WRONLY, 0)
-                                             for fd in (1, 2)]))
-    if hold:
-        g.hold(pids[-1])
-if sys.argv[1] == "unmarked":
-    g.spawned_none()  # (as if the second were no task: no mark left)
-print(*pids, flush=True)
-os.kill(os.getpid(), signal.SIGKILL)
-"""
-
-
-@pytest.mark.parametrize("mark", ["marked", "unmarked"])
-def test_a_worker_killed_before_it_holds_its_task_leaves_no_task(mark: str) -> None:
-    """Killed between the spawn and the hold (the task runs, its group not yet in the
-    table): the guard finds the task by the spawn's mark and ends it as it ends those
-    held. With no mark left, a process the worker spawned but did not hold is not the
-    guard's."""
-    out = subprocess.run([sys.executable, "-c", _DYING_WORKER, mark], capture_output=True,
-                         text=True, timeout=60)
-    held, unheld = map(int, out.stdout.split())
-    try:
-        assert _gone(held, 10) and (_gone(unheld, 10) if mark == "marked" else
-                                    not _gone(unheld, 2))
-    finally:
-        for pid in (held, unheld):
-            with contextlib.suppress(OSError):
-                os.killpg(pid, signal.SIGKILL)
-
-
-def _gone(pid: int, within: float) -> bool:
-    """Whether ``pid`` (not this process's child) is gone, or a zombie, within ``within``
-    seconds."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                if f.read().rpartition(b")")[2].split()[0] == b"Z":
-                    return True
-        except FileNotFoundError:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_guard_program_kills_what_ignores_sigterm() -> None:

@@ -243,9 +243,8 @@ def orphans(worker: int, since: int, guard_path: str) -> set[int]:
     me, session, tick = os.getpid(), os.getsid(0), os.sysconf("SC_CLK_TCK")
     found = set()
     for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == me:
+        if not name.isdigit() or (pid := int(name)) == me:
             continue
-        pid = int(name)
         try:
             with open(f"/proc/{pid}/stat", "rb") as f:
                 stat = f.read()
