@@ -358,12 +358,15 @@ def resolve(path: str, size: int, chunk: int, asked: _Asked) -> None:
 _BLANK_RUN = re.compile(rb"[ \t\r]+")
 _BLANKS = b" \t\r"
 _ODD_BLANKS = (b"\x0b", b"\x0c")  # blanks to bytes.split(), not to the parser
-# A run's TASK records and each one's name in one search (the run's first line apart),
-# when each of its lines is one, or every "TASK" in it begins one (else the run is read
-# line by line). A name ends at a record blank; where the run has none of _ODD_BLANKS
-# that is where \S ends, which the search takes a fifth faster.
-_TASK = re.compile(rb"\nTASK[ \t\r]+(\S+)"), re.compile(rb"\nTASK[ \t\r]+([^ \t\r\n]+)")
-_FIRST_TASK = re.compile(rb"TASK[ \t\r]+(\S+)"), re.compile(rb"TASK[ \t\r]+([^ \t\r\n]+)")
+# A run's TASK records and each one's name in one search (the run's first line apart,
+# matched alone), when each of its lines is one, or every "TASK" in it begins one (else
+# the run is read line by line). A name ends at a record blank; where the run has none
+# of _ODD_BLANKS that is where \S ends, which the search takes a fifth faster; and it is
+# a sixth faster again where "TASK" and the name are one space apart, as generators
+# write them (tried first: a run it misses a record of is searched for any blanks).
+_TASK_SPACE = re.compile(rb"\nTASK (\S+)"), re.compile(rb"TASK (\S+)")
+_TASK_BLANKS = re.compile(rb"\nTASK[ \t\r]+(\S+)"), re.compile(rb"TASK[ \t\r]+(\S+)")
+_TASK_ODD = re.compile(rb"\nTASK[ \t\r]+([^ \t\r\n]+)"), re.compile(rb"TASK[ \t\r]+([^ \t\r\n]+)")
 
 
 def _odd(data: bytes) -> bool:
@@ -379,16 +382,18 @@ def _fields(line: bytes) -> list[bytes]:
 def _names(path: str, data: bytes, lines: int, index: dict[bytes, int], ntasks: int) -> int:
     """Index the names of a run's TASK records (``lines`` lines), the first being task
     ``ntasks``; the count of tasks after them. A name given twice raises DagError."""
-    odd = _odd(data)
-    names = _TASK[odd].findall(data)
-    if first := _FIRST_TASK[odd].match(data):
-        names.insert(0, first[1])
     ids: Sequence[int]
-    # (Each found at the start of a line of its own: as many as lines, none is missed,
-    # and the look for "TASK" elsewhere, 0.4 s of ten million lines, is spared.)
-    if len(names) == lines or len(names) == data.count(b"TASK"):
-        ids = range(ntasks, ntasks + len(names))
-        ntasks += len(names)
+    for search, first_search in ((_TASK_ODD,) if _odd(data) else (_TASK_SPACE, _TASK_BLANKS)):
+        names = search.findall(data)
+        if first := first_search.match(data):
+            names.insert(0, first[1])
+        # (Each found at the start of a line of its own: as many as lines, none is
+        # missed, and the look for "TASK" elsewhere, 0.4 s of ten million lines, is
+        # spared.)
+        if len(names) == lines or len(names) == data.count(b"TASK"):
+            ids = range(ntasks, ntasks + len(names))
+            ntasks += len(names)
+            break
     else:  # a "TASK" within a line, or a record without a name: line by line
         names, ids = [], []
         for line in data.split(b"\n"):
