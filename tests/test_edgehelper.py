@@ -38,6 +38,8 @@ def helped(monkeypatch: pytest.MonkeyPatch) -> Helped:
     counts = Helped()
     monkeypatch.setattr(edgehelper, "MIN_BYTES", 0)
     monkeypatch.setattr(dagmod, "_CHUNK", 64)
+    # Names in many of the helper's blocks: EDGE runs across them, and far ones.
+    monkeypatch.setattr(edgehelper, "BLOCK", 16)
     result = edgehelper.EdgeHelper.result
 
     def counted(self: edgehelper.EdgeHelper, tasks: int, parents: array[int],
@@ -199,12 +201,13 @@ def test_a_task_named_edge(tmp_path: Path, helped: Helped) -> None:
     # A run of six fields on two lines, each beginning "EDGE ", the fields at 0 and 3
     # "EDGE": one name too few on the first line, one too many on the second.
     run = b"EDGE t1\nEDGE EDGE t2 t3\n"
-    index = {b"EDGE": 0, b"t1": 1, b"t2": 2, b"t3": 3}
-    with pytest.raises(DagError, match="EDGE needs a parent and a child"):
-        edgehelper._edges("h.dag", run, 2, index)
-    del index[b"EDGE"]
-    with pytest.raises(KeyError):
-        edgehelper._edges("h.dag", run, 2, index)
+    for names, error in (([b"EDGE", b"t1", b"t2", b"t3"], "EDGE needs a parent and a child"),
+                         ([b"t0", b"t1", b"t2", b"t3"], None)):
+        index = edgehelper._Index(100, set())
+        index.add(names, range(4))
+        index.sealed()
+        with pytest.raises(KeyError if error is None else DagError, match=error):
+            edgehelper._edges("h.dag", run, 2, index)
 
 
 def test_what_the_parser_reads_in_the_helpers_share(tmp_path: Path, helped: Helped) -> None:
@@ -400,6 +403,88 @@ def test_a_big_parse_makes_no_int_per_task(tmp_path: Path, helped: Helped) -> No
     assert [dag.task(i).id for i in (0, 1, n - 1)] == [0, 1, n - 1]
     assert dag.tasks[n // 2].id == n // 2 and dag.tasks[n // 2].line == n // 2 + 1
     assert dag.index["t7"] == 7 and len(dag.index) == n
+
+
+def test_edges_by_parent_across_blocks(tmp_path: Path, helped: Helped) -> None:
+    # EDGE lines grouped by parent, each naming tasks near each other, as generators
+    # write them: each run is looked up in the block in hand or the one beside it. A
+    # name given twice, in two blocks, is found once the edges are resolved; the error
+    # is still the parse's alone.
+    tasks = "".join(f"TASK t{i} /bin/true\n" for i in range(300))
+    edges = "".join(f"EDGE t{i} t{i + d}\n" for i in range(300) for d in (1, 3, 40)
+                    if i + d < 300)
+    path = write(tmp_path, tasks + edges)
+    got = parse_dag(path)
+    assert shape(got) == shape(alone(path))
+    assert helped.edges > 100 and not helped.failed
+    path = write(tmp_path, tasks + "TASK t3 /bin/false\n" + edges)
+    with pytest.raises(DagError) as info:
+        parse_dag(path)
+    assert str(info.value) == error_alone(path)
+    assert ":301: duplicate task id 't3'" in str(info.value)
+
+
+def test_the_helpers_index_in_blocks() -> None:
+    # Blocks of about three names (two runs of two): a run's names in the block tried
+    # first or the one beside it are looked up there, and the next run tries the block
+    # of the first; a name further off merges the blocks into one dict.
+    index = edgehelper._Index(3, set())
+    for start in range(0, 10, 2):
+        assert index.add([b"t%d" % i for i in range(start, start + 2)], range(start, start + 2))
+    assert [sorted(block.values()) for block in index.blocks] == [
+        [0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    index.sealed()
+    assert list(index.ids([b"t9", b"t8"])) == [9, 8] and index.at == 2
+    assert list(index.ids([b"t5", b"t9"])) == [5, 9] and index.at == 1
+    assert list(index.ids([b"t3", b"t4", b"t7"])) == [3, 4, 7] and index.at == 0
+    assert index.whole is None and not index.named_edge
+    assert list(index.ids([b"t0", b"t9"])) == [0, 9]
+    assert index.whole is not None and not index.blocks
+    assert list(index.ids([b"t6"])) == [6]
+    with pytest.raises(KeyError):
+        index.ids([b"t1", b"x"])
+    assert index.unique()
+
+
+def test_the_helpers_index_is_one_dict_where_the_last_edges_name_the_first_tasks(
+        tmp_path: Path) -> None:
+    # The EDGE lines resolved first (the file's last run) name a task of the first two
+    # blocks: EDGE lines in no order, which would merge the blocks at the first lookup.
+    # Merged at once; looked for no further than the first two blocks.
+    for last, merged in ((b"t0", True), (b"t3", True), (b"t4", False), (b"x", False)):
+        index = edgehelper._Index(2, {last, b"x"})
+        for start in range(0, 10, 2):
+            assert index.add([b"t%d" % i for i in range(start, start + 2)],
+                             range(start, start + 2))
+        assert (index.whole is not None) == merged, last
+        assert len(index.blocks) == (0 if merged else 5)
+        index.sealed()
+        assert list(index.ids([b"t9", b"t0"])) == [9, 0] and index.unique()
+    path = tmp_path / "last.dag"
+    path.write_bytes(b"TASK a\nTASK b\nTASK c\nEDGE a b\n\t EDGE  b\tc \r\nEDGE a\n")
+    with open(path, "rb") as f:
+        size = path.stat().st_size
+        assert edgehelper._named_last(f, size, 1 << 16) == {b"a", b"b", b"c"}
+        # From "EDGE a b" (which might be cut), and from the line end before it.
+        assert edgehelper._named_last(f, size, 30) == {b"b", b"c"}
+        assert edgehelper._named_last(f, size, 31) == {b"a", b"b", b"c"}
+
+
+@pytest.mark.parametrize("merged", [False, True])
+def test_the_helpers_index_finds_a_name_given_twice(merged: bool) -> None:
+    # In two blocks, merged or not, once the edges are resolved; in the block being
+    # filled, at once.
+    index = edgehelper._Index(2, set())
+    for names in ([b"a", b"b"], [b"c", b"d"], [b"EDGE", b"a"]):
+        assert index.add(names, range(len(names)))
+    index.sealed()
+    assert index.named_edge
+    if merged:
+        assert list(index.ids([b"b"])) == [1] and index.whole is not None
+    assert not index.unique()
+    index = edgehelper._Index(3, set())
+    assert index.add([b"a", b"b"], [0, 1])
+    assert not index.add([b"a"], [2])
 
 
 def test_ids_of_names() -> None:

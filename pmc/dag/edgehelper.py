@@ -4,13 +4,13 @@ Parsing a million-edge DAG is bound by memory latency: every EDGE line looks up 
 task names in a dict far bigger than the CPU's caches. The parser (``pmc.dag.reader``) starts
 this helper when a DAG file is big, and the two share the work. The helper reads the
 same file in the same runs of lines (``pmc.dag.lines.read_runs``), indexes every TASK
-line's name (and so checks that no two are alike: the parser leaves its own index
-until it needs one), then resolves EDGE lines run by run from the end of the file
-back. When the parser reaches its first run holding the text "EDGE", it asks where to
-split (``EdgeHelper.split_offset``), telling how many tasks it would have to index
-first. The helper answers with a byte offset: the EDGE lines from it on are the
-helper's, those before it the parser's. It shares what neither has done so that both
-end together, the parser's indexing counted at what the helper's own took, and when
+line's name (the parser leaves its own index until it needs one), resolves EDGE lines
+run by run from the end of the file back, and then checks that no two names are alike.
+When the parser reaches its first run holding the text "EDGE", it asks where to split
+(``EdgeHelper.split_offset``), telling how many tasks it would have to index first.
+The helper answers with a byte offset: the EDGE lines from it on are the helper's,
+those before it the parser's. It shares what neither has done so that both end
+together, the parser's indexing counted at twice what the helper's own took, and when
 that is not clearly worth it (a big DAG, whose index alone costs seconds) the parser
 gets no share: it takes the helper's edges once they come. The parser does not read the
 helper's share, but for the runs the helper maps for it: those holding a TASK line or a
@@ -64,6 +64,9 @@ from pmc.pychild import python_command
 # DAG files at least this big get a helper: starting one takes ~30 ms, and for 100,000
 # tasks and as many edges (6.8 MB) it saved no more than that.
 MIN_BYTES = 8 << 20
+# Names in each dict of the helper's index (_Index): 100,000 took ~2.5 s at ten million
+# tasks for names and edges, 500,000 ~3.2 s and 50,000 as 100,000.
+BLOCK = 100_000
 
 _QUESTION = struct.Struct("=QQ")
 _OFFSET = struct.Struct("=Q")
@@ -87,7 +90,7 @@ class EdgeHelper:
         import subprocess  # here: a DAG too small for a helper (most) never needs it
 
         self.proc = subprocess.Popen(
-            python_command("pmc.dag.edgehelper", path, str(size), str(chunk)),
+            python_command("pmc.dag.edgehelper", path, str(size), str(chunk), str(BLOCK)),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -203,9 +206,11 @@ class _Asked:
         self.theirs: list[tuple[int, int, int]] | None = None
         self.mapped = False
         self.rate = 0.0  # EDGE section bytes resolved per second, once measured
-        # Seconds per task the helper took to index its names: what the parser's index
-        # will cost too (0.6 µs a task at a million tasks, 1.5 µs at ten million here,
-        # the index outgrowing the caches).
+        # Seconds per task the parser's index will cost: twice what the helper's took.
+        # The parser's is one dict, which outgrows the caches where the helper's blocks
+        # do not (270 ns a task at a million tasks against the helper's 250 here; at ten
+        # million 553 against ~280): too much time given to it would leave the helper
+        # idle while the parser indexes.
         self.index_cost = 0.0
 
     def poll(self, done: int, wait: bool = False) -> None:
@@ -282,11 +287,10 @@ class _Frames:
                 data = data[os.write(self.fd, data):]
 
 
-def resolve(path: str, size: int, chunk: int, asked: _Asked) -> None:
+def resolve(path: str, size: int, chunk: int, asked: _Asked, block: int = BLOCK) -> None:
     """Read the task names, resolve EDGE lines from the end back until the answer given
     to the parser, and write them out; raise DagError (or OSError, KeyError) for
-    anything the parser would report."""
-    index: dict[bytes, int] = {}
+    anything the parser would report. ``block``: names in each dict of the index."""
     ntasks = 0
     nlines = 0
     # Offset, bytes, lines and the tasks defined before it, of each run from the first
@@ -295,6 +299,7 @@ def resolve(path: str, size: int, chunk: int, asked: _Asked) -> None:
     theirs: list[tuple[int, int, int]] = []  # (the map: see _Asked)
     indexing = 0.0
     with open(path, "rb") as f:
+        index = _Index(block, _named_last(f, size, chunk))
         for offset, data in read_runs(path, f, chunk):
             lines = data.count(b"\n") + (not data.endswith(b"\n"))
             if asked.first_edges < 0 and holds_edge(data):
@@ -310,7 +315,7 @@ def resolve(path: str, size: int, chunk: int, asked: _Asked) -> None:
                 ntasks = _names(path, data, lines, index, ntasks)
                 indexing += time.perf_counter() - started
             asked.poll(size)
-        asked.index_cost = indexing / max(1, ntasks)
+        asked.index_cost = 2 * indexing / max(1, ntasks)
         asked.theirs = theirs
         asked.send_map()
         done = size  # the EDGE lines from here on are resolved
@@ -319,6 +324,7 @@ def resolve(path: str, size: int, chunk: int, asked: _Asked) -> None:
         held: list[tuple[array[int], array[int]]] = []  # resolved before the answer
         frames: _Frames | None = None
         started = time.perf_counter()
+        index.sealed()
         for offset, length, lines, before in reversed(blocks):
             if done < size:
                 asked.rate = (size - done) / (time.perf_counter() - started)
@@ -343,6 +349,8 @@ def resolve(path: str, size: int, chunk: int, asked: _Asked) -> None:
                 for run in held:
                     frames.add(*run)
                 held.clear()
+        if not index.unique():
+            raise DagError(path, None, "duplicate task id")  # the parser reports it
     asked.poll(done, wait=True)
     frames = frames or _Frames(asked.out.fileno())
     for run in held:
@@ -379,9 +387,10 @@ def _fields(line: bytes) -> list[bytes]:
     return _BLANK_RUN.split(text) if text else []
 
 
-def _names(path: str, data: bytes, lines: int, index: dict[bytes, int], ntasks: int) -> int:
+def _names(path: str, data: bytes, lines: int, index: _Index, ntasks: int) -> int:
     """Index the names of a run's TASK records (``lines`` lines), the first being task
-    ``ntasks``; the count of tasks after them. A name given twice raises DagError."""
+    ``ntasks``; the count of tasks after them. A name given twice in the index's block
+    raises DagError (one in two blocks is found by ``_Index.unique``)."""
     ids: Sequence[int]
     for search, first_search in ((_TASK_ODD,) if _odd(data) else (_TASK_SPACE, _TASK_BLANKS)):
         names = search.findall(data)
@@ -403,14 +412,12 @@ def _names(path: str, data: bytes, lines: int, index: dict[bytes, int], ntasks: 
                     names.append(fields[1])
                     ids.append(ntasks)
                 ntasks += 1
-    known = len(index)
-    index.update(zip(names, ids, strict=True))
-    if len(index) - known != len(names):
+    if not index.add(names, ids):
         raise DagError(path, None, "duplicate task id")  # the parser reports it
     return ntasks
 
 
-def _edges(path: str, data: bytes, lines: int, index: dict[bytes, int], defined: int = -1,
+def _edges(path: str, data: bytes, lines: int, index: _Index, defined: int = -1,
            ) -> tuple[array[int], array[int], bool]:
     """The EDGE records of a run of ``lines`` lines as (parents, children, whether one
     points backward); DagError (or KeyError) for a bad one: a self edge, an unknown name,
@@ -422,7 +429,7 @@ def _edges(path: str, data: bytes, lines: int, index: dict[bytes, int], defined:
     # A run of nothing but EDGE records of two names each, split in one go: n lines, each
     # beginning "EDGE ", 3n fields, "EDGE" the field at 0, 3, 6... and at no other (each
     # other is looked up, and no task is named so): each line is one record's 3 fields.
-    if (fields and len(fields) == 3 * n == 3 * lines and b"EDGE" not in index
+    if (fields and len(fields) == 3 * n == 3 * lines and not index.named_edge
             and data.count(b"\nEDGE ") + data.startswith(b"EDGE ") == n
             and fields[::3].count(b"EDGE") == n):
         parents_named, children_named = fields[1::3], fields[2::3]
@@ -445,8 +452,8 @@ def _edges(path: str, data: bytes, lines: int, index: dict[bytes, int], defined:
                     limits.append(defined)
             else:  # the parser does not read the run: the parse alone reports it
                 raise DagError(path, None, "unknown record type")
-    parents = _ids(index, parents_named)
-    children = _ids(index, children_named)
+    parents = index.ids(parents_named)
+    children = index.ids(children_named)
     if defined >= 0:
         above = repeat(defined) if limits is None else limits
         if any(map(ge, parents, above)) or any(map(ge, children, above)):
@@ -456,6 +463,112 @@ def _edges(path: str, data: bytes, lines: int, index: dict[bytes, int], defined:
     if backward and any(map(eq, parents, children)):
         raise DagError(path, None, "self edge")
     return array("I", parents), array("I", children), backward
+
+
+class _Index:
+    """The task names' ids, in dicts of about ``block`` names each (a run's names go in
+    one), by id: each is filled, and read by runs of EDGE lines that name tasks near
+    each other (as generators write them), while it is in the caches, where one dict of
+    ten million names is not (at 10M, the names indexed in 2.5-3.2 s where one dict took
+    4.6-5.4, and the edges resolved in 2.6 where it took 4.4). A run that names a task
+    beyond the block in hand and the two beside it merges the blocks into one dict, read
+    from then on; so do the first blocks where the EDGE lines resolved first (the file's
+    last run: ``named_last``) name tasks in them, as EDGE lines in no order do. A name in
+    two blocks is found once the edges are resolved (``unique``), in a set: a set takes
+    a name in a third of a dict's time, and by then the parser is not yet waiting for
+    the helper."""
+
+    def __init__(self, block: int, named_last: set[bytes]) -> None:
+        self.block = block
+        self.blocks: list[dict[bytes, int]] = [{}]
+        self.whole: dict[bytes, int] | None = None  # the blocks merged, once needed
+        self.named = 0  # names added
+        self.at = 0  # the block tried first
+        self.named_edge = False  # a task is named "EDGE" (known once sealed)
+        # Looked for in the first two blocks: a lookup far off merges them all later,
+        # which took ~1 s more than one dict from the start, at ten million tasks.
+        self.named_last: set[bytes] | None = named_last or None
+
+    def add(self, names: list[bytes], ids: Sequence[int]) -> bool:
+        """Add ``names`` with their ``ids`` (after every id added so far); False for a
+        name given twice in the dict it goes in."""
+        if self.whole is None and len(self.blocks[-1]) >= self.block:
+            self.blocks.append({})
+        if self.named_last is not None:
+            if len(self.blocks) > 2:
+                self.named_last = None
+            elif not self.named_last.isdisjoint(names):
+                self.named_last = None
+                self._merge()
+        index = self.blocks[-1] if self.whole is None else self.whole
+        known = len(index)
+        index.update(zip(names, ids, strict=True))
+        self.named += len(names)
+        return len(index) - known == len(names)
+
+    def sealed(self) -> None:
+        """Every name is added: look names up from the last block on."""
+        self.named_edge = any(b"EDGE" in index for index in (self.whole, *self.blocks)
+                              if index is not None)
+        self.at = len(self.blocks) - 1
+
+    def ids(self, names: list[bytes]) -> Sequence[int]:
+        """The ids of ``names`` (see ``_ids``); KeyError for a name of no task."""
+        if self.whole is None:
+            try:
+                return _ids(self.blocks[self.at], names)
+            except KeyError:
+                near = self._near(names)
+            if near is not None:
+                return near
+            self._merge()
+        assert self.whole is not None
+        return _ids(self.whole, names)
+
+    def _merge(self) -> None:
+        self.whole = {}
+        for block in self.blocks:
+            self.whole.update(block)
+        self.blocks = []
+
+    def _near(self, names: list[bytes]) -> list[int] | None:
+        """The ids of ``names`` where each is in the block tried first or one beside it
+        (a run of EDGE lines across two blocks), else None; the block of the first name
+        is then the one tried first."""
+        at = self.at
+        near = [(k, self.blocks[k]) for k in (at, at - 1, at + 1) if 0 <= k < len(self.blocks)]
+        ids: list[int] = []
+        for name in names:
+            for k, block in near:
+                if (found := block.get(name)) is not None:
+                    if not ids:
+                        self.at = k
+                    ids.append(found)
+                    break
+            else:
+                return None
+        return ids
+
+    def unique(self) -> bool:
+        """Whether no name was added twice; the blocks are let go as they are read (the
+        index is then spent)."""
+        if self.whole is not None:
+            return len(self.whole) == self.named
+        seen: set[bytes] = set()
+        while self.blocks:
+            seen.update(self.blocks.pop())
+        return len(seen) == self.named
+
+
+def _named_last(f: IO[bytes], size: int, chunk: int) -> set[bytes]:
+    """The names in the EDGE lines of the file's last ``chunk`` bytes (its whole lines)."""
+    tail = os.pread(f.fileno(), min(size, chunk), max(0, size - chunk)).split(b"\n")
+    named: set[bytes] = set()
+    for line in tail[size > chunk:]:  # (the first, which the read may have cut)
+        fields = _fields(line)
+        if len(fields) == 3 and fields[0] == b"EDGE":
+            named.update(fields[1:])
+    return named
 
 
 def _ids(index: dict[bytes, int], names: list[bytes]) -> Sequence[int]:
@@ -470,15 +583,15 @@ def _ids(index: dict[bytes, int], names: list[bytes]) -> Sequence[int]:
 
 
 def main(argv: list[str]) -> int:
-    """``PATH SIZE CHUNK``: exit 0 with the edges on stdout, 1 without them."""
+    """``PATH SIZE CHUNK BLOCK``: exit 0 with the edges on stdout, 1 without them."""
     gc.disable()  # nothing here makes reference cycles
     try:
         fcntl.fcntl(sys.stdout.fileno(), fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
     except OSError:
         pass  # not a pipe, or over the system's limit: the default size
     try:
-        path, size, chunk = argv[0], int(argv[1]), int(argv[2])
-        resolve(path, size, chunk, _Asked(sys.stdin.fileno(), sys.stdout.buffer))
+        path, size, chunk, block = argv[0], int(argv[1]), int(argv[2]), int(argv[3])
+        resolve(path, size, chunk, _Asked(sys.stdin.fileno(), sys.stdout.buffer), block)
         sys.stdout.flush()
     except (DagError, OSError, ValueError, KeyError, EOFError):
         return ExitCode.FAILED
