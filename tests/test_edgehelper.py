@@ -8,6 +8,7 @@ and checks that the helper really did resolve some of the edges.
 
 from __future__ import annotations
 
+import io
 import sys
 import time
 from array import array
@@ -485,6 +486,32 @@ def test_the_helpers_index_finds_a_name_given_twice(merged: bool) -> None:
     index = edgehelper._Index(3, set())
     assert index.add([b"a", b"b"], [0, 1])
     assert not index.add([b"a"], [2])
+
+
+@pytest.mark.parametrize("counted", [0, 1, 2])
+def test_the_parser_counts_what_the_helper_did_not(counted: int) -> None:
+    # The helper counts its first runs (from the end of the file back) while it waits
+    # for the question; the parser counts the rest as they come: one tally of all.
+    runs = [(array("I", [2, 3]), array("I", [4, 4])), (array("I", [0, 1]), array("I", [2, 3]))]
+    theirs = EdgeTally(5)
+    for run in runs[:counted]:
+        theirs.add_before(*run)
+    stream = io.BytesIO(b"".join((
+        edgehelper._counted(theirs, counted),
+        *(b"".join((edgehelper._FRAME.pack(2), *run)) for run in runs),
+        edgehelper._FRAME.pack(edgehelper._END), edgehelper._HEADER.pack(5, 4, False))))
+    parents, children, tally = array("I"), array("I"), EdgeTally(5)
+    assert edgehelper._read(stream, 5, parents, children, tally) is False
+    whole = EdgeTally(5)
+    for run in runs:
+        whole.add_before(*run)
+    assert [list(tally.counts), list(tally.ends), tally.edges, tally.next_key] == [
+        [0, 0, 1, 1, 2], [1, 1, 1, 1, 0], 4, 2] == [
+        whole.counts, whole.ends, whole.edges, whole.next_key]
+    assert (tally.ascending, tally.ordered) == (whole.ascending, whole.ordered) == (True, True)
+    assert (list(parents), list(children)) == ([0, 1, 2, 3], [2, 3, 4, 4])
+    stream.seek(0)
+    assert edgehelper._read(stream, 6, parents, children, EdgeTally(6)) is None
 
 
 def test_ids_of_names() -> None:

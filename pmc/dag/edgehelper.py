@@ -29,13 +29,16 @@ On its stdin the helper gets the question (``_QUESTION``: the offset of the pars
 first run holding "EDGE", the tasks it has not indexed); on its stdout it writes the
 answer (an ``_OFFSET``), once it has read the whole file the map (``_MAP``: a count of
 runs, then each run of its share the parser must read as an ``_ENTRY``: offset, bytes,
-lines before it), then each run's edges as a frame (``_FRAME``: a count, then the
-parents and the children as native unsigned 32-bit arrays), from the end of the file
-back, and last an ``_END`` frame and a header (``_HEADER``: TASK records seen, edges,
-whether any edge points backward). The frames go as far as the pipe takes them while
-the helper works, never waiting for the parser: a parser with no EDGE lines
-of its own counts them for ``build_dag`` (``pmc.dag.graph.EdgeTally``) as they come,
-rather than idle until the last.
+lines before it), then what it has counted of its edges for ``build_dag``
+(``pmc.dag.graph.EdgeTally``) while it waited for the question (``_TALLY``: TASK
+records, the runs and edges counted, the tally's flags, and where it counted any, each
+task's parents and children as native unsigned 32-bit arrays), then each run's edges
+as a frame (``_FRAME``: a count, then the parents and the children as such arrays),
+from the end of the file back, the counted first, and last an ``_END`` frame and a
+header (``_HEADER``: TASK records seen, edges, whether any edge points backward). The
+frames go as far as the pipe takes them while the helper works, never waiting for the
+parser: the parser counts those not counted as they come, rather than idle until the
+last.
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ _ENTRY = struct.Struct("=QQQ")
 _FRAME = struct.Struct("=Q")
 _END = (1 << 64) - 1  # the frame count that ends the frames
 _HEADER = struct.Struct("=QQB")
+_TALLY = struct.Struct("=QQQBBq")
 _PIPE_BYTES = 1 << 20  # the helper's stdout, where the system allows (the default is 64 KiB)
 # The helper's name index is a dict far bigger than the TLB reaches with 4 KiB pages.
 # Where transparent huge pages are given only on request (the "madvise" setting), glibc
@@ -132,9 +136,9 @@ class EdgeHelper:
     def result(self, tasks: int, parents: array[int], children: array[int],
                tally: EdgeTally) -> bool | None:
         """Append the helper's edges to ``parents`` and ``children``, counted into
-        ``tally`` as they come, and say whether one points backward; None when it has no
-        edges for a file of ``tasks`` TASK records as the parser read it (the arrays and
-        the tally are then spoilt)."""
+        ``tally`` (what the helper counted, the rest as they come), and say whether one
+        points backward; None when it has no edges for a file of ``tasks`` TASK records
+        as the parser read it (the arrays and the tally are then spoilt)."""
         out = self.proc.stdout
         assert out is not None
         with out:
@@ -167,6 +171,17 @@ def _read(out: IO[bytes], tasks: int, parents: array[int], children: array[int],
           tally: EdgeTally) -> bool | None:
     runs: list[tuple[array[int], array[int]]] = []  # from the end of the file back
     try:
+        if len(head := out.read(_TALLY.size)) < _TALLY.size:
+            return None  # cut short
+        ntasks, counted, tally.edges, ascending, ordered, tally.next_key = _TALLY.unpack(head)
+        if ntasks != tasks:
+            return None
+        tally.ascending, tally.ordered = bool(ascending), bool(ordered)
+        if counted:  # (build_dag copies the counts from an array as from a list)
+            counts, ends = array("I"), array("I")
+            counts.fromfile(out, ntasks)
+            ends.fromfile(out, ntasks)
+            tally.counts, tally.ends = counts, ends
         while True:
             if len(head := out.read(_FRAME.size)) < _FRAME.size:
                 return None  # cut short
@@ -176,7 +191,10 @@ def _read(out: IO[bytes], tasks: int, parents: array[int], children: array[int],
             run = array("I"), array("I")
             run[0].fromfile(out, n)
             run[1].fromfile(out, n)
-            tally.add_before(*run)
+            if counted:
+                counted -= 1
+            else:
+                tally.add_before(*run)
             runs.append(run)
     except (EOFError, IndexError):  # cut short, or a task id beyond this parse's tasks
         return None
@@ -213,10 +231,14 @@ class _Asked:
         # idle while the parser indexes.
         self.index_cost = 0.0
 
+    def waiting(self) -> bool:
+        """Whether the question has come and waits for its answer."""
+        return self.split < 0 and bool(select.select([self.fd], [], [], 0)[0])
+
     def poll(self, done: int, wait: bool = False) -> None:
         """Answer the question if it has come (``wait``: once it comes), the EDGE lines
         of the blocks from ``done`` on being resolved already."""
-        if self.split >= 0 or not (wait or select.select([self.fd], [], [], 0)[0]):
+        if self.split >= 0 or not (wait or self.waiting()):
             return
         asked = b""
         while len(asked) < _QUESTION.size:
@@ -252,14 +274,15 @@ class _Asked:
 
 
 class _Frames:
-    """The helper's stdout after the answer: the frames, each written as far as the pipe
-    takes it while the helper works (it never waits for the parser), the rest at the
-    end."""
+    """The helper's stdout after the answer: ``first`` (the ``_TALLY``), then the
+    frames, each written as far as the pipe takes it while the helper works (it never
+    waits for the parser), the rest at the end."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, first: bytes) -> None:
         self.fd = fd
-        self.pending: deque[memoryview] = deque()
+        self.pending: deque[memoryview] = deque([memoryview(first)])
         os.set_blocking(fd, False)
+        self.pump()
 
     def add(self, parents: array[int], children: array[int]) -> None:
         self.pending.append(memoryview(b"".join((_FRAME.pack(len(parents)), parents,
@@ -345,17 +368,41 @@ def resolve(path: str, size: int, chunk: int, asked: _Asked, block: int = BLOCK)
             nedges += len(parents)
             held.append((parents, children))
             if asked.split >= 0:  # answered: from now on each run goes as it is resolved
-                frames = frames or _Frames(asked.out.fileno())
+                frames = frames or _Frames(asked.out.fileno(), _uncounted(ntasks))
                 for run in held:
                     frames.add(*run)
                 held.clear()
         if not index.unique():
             raise DagError(path, None, "duplicate task id")  # the parser reports it
-    asked.poll(done, wait=True)
-    frames = frames or _Frames(asked.out.fileno())
+    if frames is None:
+        # Not asked yet: count the edges meanwhile, run by run until the question comes,
+        # as the parser would have counted them after it.
+        tally = EdgeTally(ntasks)
+        counted = 0
+        for run in held:
+            if asked.waiting():
+                break
+            tally.add_before(*run)
+            counted += 1
+        asked.poll(done, wait=True)
+        frames = _Frames(asked.out.fileno(), _counted(tally, counted))
     for run in held:
         frames.add(*run)
     frames.end(_HEADER.pack(ntasks, nedges, backward))
+
+
+def _uncounted(ntasks: int) -> bytes:
+    """The ``_TALLY`` of a helper that counted none of its edges."""
+    return _TALLY.pack(ntasks, 0, 0, True, True, -1)
+
+
+def _counted(tally: EdgeTally, runs: int) -> bytes:
+    """The ``_TALLY`` of the first ``runs`` runs sent, counted into ``tally``."""
+    if not runs:
+        return _uncounted(len(tally.counts))
+    return b"".join((_TALLY.pack(len(tally.counts), runs, tally.edges, tally.ascending,
+                                 tally.ordered, tally.next_key),
+                     array("I", tally.counts), array("I", tally.ends)))
 
 
 # The helper reads bytes, not text: a name's bytes are as unique as its text, and the

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 from pmc.dag.model import DAG, DagError, Optioned
 
 if TYPE_CHECKING:
+    from collections.abc import MutableSequence
+
     from pmc.dag.arrays import Array
 
 
@@ -31,8 +33,8 @@ class EdgeTally:
         # Each task's parents and children, an edge at a time, in lists: an "I" array's
         # item takes ~25 ns more to add to (ten million edges: 0.25 s), where one copy of
         # the counts to an array takes 9 ns a task (build_dag).
-        self.counts = [0] * n
-        self.ends = [0] * n
+        self.counts: MutableSequence[int] = [0] * n
+        self.ends: MutableSequence[int] = [0] * n
         self.ascending = True  # (parent, child) in file order always goes up
         self.ordered = True  # parents in file order never go down
         self.next_key = -1  # the first edge of the run added last as _keys has it (-1: none)
