@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pmc.dag import DAG, DagError, edgehelper, parse_dag
+from pmc.dag import DAG, DagError, edgehelper, helperindex, parse_dag
 from pmc.dag import reader as dagmod
 from pmc.dag.graph import EdgeTally
 
@@ -204,11 +204,11 @@ def test_a_task_named_edge(tmp_path: Path, helped: Helped) -> None:
     run = b"EDGE t1\nEDGE EDGE t2 t3\n"
     for names, error in (([b"EDGE", b"t1", b"t2", b"t3"], "EDGE needs a parent and a child"),
                          ([b"t0", b"t1", b"t2", b"t3"], None)):
-        index = edgehelper._Index(100, set())
+        index = helperindex.NameIndex(100, set())
         index.add(names, range(4))
         index.sealed()
         with pytest.raises(KeyError if error is None else DagError, match=error):
-            edgehelper._edges("h.dag", run, 2, index)
+            helperindex.edges_of("h.dag", run, 2, index)
 
 
 def test_what_the_parser_reads_in_the_helpers_share(tmp_path: Path, helped: Helped) -> None:
@@ -429,7 +429,7 @@ def test_the_helpers_index_in_blocks() -> None:
     # Blocks of about three names (two runs of two): a run's names in the block tried
     # first or the one beside it are looked up there, and the next run tries the block
     # of the first; a name further off merges the blocks into one dict.
-    index = edgehelper._Index(3, set())
+    index = helperindex.NameIndex(3, set())
     for start in range(0, 10, 2):
         assert index.add([b"t%d" % i for i in range(start, start + 2)], range(start, start + 2))
     assert [sorted(block.values()) for block in index.blocks] == [
@@ -453,7 +453,7 @@ def test_the_helpers_index_is_one_dict_where_the_last_edges_name_the_first_tasks
     # blocks: EDGE lines in no order, which would merge the blocks at the first lookup.
     # Merged at once; looked for no further than the first two blocks.
     for last, merged in ((b"t0", True), (b"t3", True), (b"t4", False), (b"x", False)):
-        index = edgehelper._Index(2, {last, b"x"})
+        index = helperindex.NameIndex(2, {last, b"x"})
         for start in range(0, 10, 2):
             assert index.add([b"t%d" % i for i in range(start, start + 2)],
                              range(start, start + 2))
@@ -465,17 +465,17 @@ def test_the_helpers_index_is_one_dict_where_the_last_edges_name_the_first_tasks
     path.write_bytes(b"TASK a\nTASK b\nTASK c\nEDGE a b\n\t EDGE  b\tc \r\nEDGE a\n")
     with open(path, "rb") as f:
         size = path.stat().st_size
-        assert edgehelper._named_last(f, size, 1 << 16) == {b"a", b"b", b"c"}
+        assert helperindex.names_in_last_edges(f, size, 1 << 16) == {b"a", b"b", b"c"}
         # From "EDGE a b" (which might be cut), and from the line end before it.
-        assert edgehelper._named_last(f, size, 30) == {b"b", b"c"}
-        assert edgehelper._named_last(f, size, 31) == {b"a", b"b", b"c"}
+        assert helperindex.names_in_last_edges(f, size, 30) == {b"b", b"c"}
+        assert helperindex.names_in_last_edges(f, size, 31) == {b"a", b"b", b"c"}
 
 
 @pytest.mark.parametrize("merged", [False, True])
 def test_the_helpers_index_finds_a_name_given_twice(merged: bool) -> None:
     # In two blocks, merged or not, once the edges are resolved; in the block being
     # filled, at once.
-    index = edgehelper._Index(2, set())
+    index = helperindex.NameIndex(2, set())
     for names in ([b"a", b"b"], [b"c", b"d"], [b"EDGE", b"a"]):
         assert index.add(names, range(len(names)))
     index.sealed()
@@ -483,7 +483,7 @@ def test_the_helpers_index_finds_a_name_given_twice(merged: bool) -> None:
     if merged:
         assert list(index.ids([b"b"])) == [1] and index.whole is not None
     assert not index.unique()
-    index = edgehelper._Index(3, set())
+    index = helperindex.NameIndex(3, set())
     assert index.add([b"a", b"b"], [0, 1])
     assert not index.add([b"a"], [2])
 
@@ -516,10 +516,10 @@ def test_the_parser_counts_what_the_helper_did_not(counted: int) -> None:
 
 def test_ids_of_names() -> None:
     index = {b"a": 1, b"b": 2}
-    assert [list(edgehelper._ids(index, names)) for names in ([], [b"a"], [b"b", b"a", b"b"])
+    assert [list(helperindex._ids(index, names)) for names in ([], [b"a"], [b"b", b"a", b"b"])
             ] == [[], [1], [2, 1, 2]]
     with pytest.raises(KeyError):
-        edgehelper._ids(index, [b"a", b"c"])
+        helperindex._ids(index, [b"a", b"c"])
 
 
 def test_the_helper_asks_for_huge_pages_unless_the_user_says_otherwise() -> None:

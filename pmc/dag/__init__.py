@@ -2,8 +2,9 @@
 
 Rooms, bottom to top: ``model`` (Task, DAG, DagError), ``words`` (shell words of a
 command), ``lines`` (a file's lines and a line's fields), ``taskline`` (TASK options),
-``graph`` (edges to CSR, cycle check), ``edgehelper`` (the second process for a big
-file's EDGE lines), ``reader`` (``parse_dag``).
+``graph`` (edges to CSR, cycle check), ``helperindex`` (the edge helper's reading of
+bytes and its index of names), ``edgehelper`` (the second process for a big file's EDGE
+lines), ``reader`` (``parse_dag``).
 
 Every worker imports ``pmc.dag.words`` (``split_command``) and nothing else of the
 package: the face imports each room when one of its names is first asked for, so that a
