@@ -939,12 +939,18 @@ def test_a_parsed_task_is_64_bytes(tmp_path: Path) -> None:
     assert [sys.getsizeof(t) for t in dag.tasks[:2]] == [64, 64]
     assert [t.line for t in dag.tasks] == [1, 3, 6]
     assert dag.tasks[2].pegasus_id == "3"
-    # The command, kept as its UTF-8 bytes (16 bytes less than a str), reads back as written.
+    # Name and command, kept as one bytes object (48 bytes less than a str and a bytes),
+    # read back as written, and are set apart.
     echo = "/bin/echo \u00e9t\u00e9 \U0001f600"
-    dag = parse(tmp_path, f"TASK a {echo}\nTASK b {echo}\n")
-    assert [t.command for t in dag.tasks] == [echo, echo]
-    dag.tasks[0].command = "other"
-    assert (dag.tasks[0].command, dag.tasks[1].command) == ("other", echo)
+    dag = parse(tmp_path, f"TASK a {echo}\nTASK \u00e9\U0001f600 {echo}\n")
+    assert [(t.name, t.command) for t in dag.tasks] == [("a", echo), ("\u00e9\U0001f600", echo)]
+    first, second = dag.tasks
+    first.command = "other"
+    second.name = "b2"
+    assert [(t.name, t.command) for t in dag.tasks] == [("a", "other"), ("b2", echo)]
+    with pytest.raises(ValueError, match="line end"):
+        first.name = "a\nb"
+    assert (first.name, first.command) == ("a", "other")
 
 
 # -- GPUs and ranks (pmc extensions) ------------------------------------------------------

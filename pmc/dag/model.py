@@ -179,15 +179,15 @@ class Task(Optioned):
     sets none of them, and by tasks whose option text is the same (``-m 1 -c 1`` on
     every line), so a task costs four slots instead of twelve. They read and assign
     like plain attributes. A task of the parser's fast path (``pmc.dag.parsed``) is 64
-    bytes (and its command's bytes, ``command``), its id given only when it is handed
-    out: its line is kept by the parse, in one table of four bytes a task, and its
+    bytes (and one bytes object of its name and command), its id given only when it is
+    handed out: its line is kept by the parse, in one table of four bytes a task, and its
     Pegasus id, if it has one, in a slot of a subclass, so a task without one pays
     nothing for it (a fifth or sixth slot would make every task 80 bytes: ten million
     tasks, 160 MB). ``Task(...)`` makes a ``LinedTask``, which keeps both itself.
     """
 
     __slots__ = ("_command", "_options", "id", "name")
-    _command: str | bytes  # the parser's: the command's UTF-8 (see command)
+    _command: str | bytes  # the parser's tasks: NAME\nCOMMAND in UTF-8 (pmc.dag.parsed)
     _pegasus: str | int  # a slot of the subclasses with a Pegasus id (int: SEQ - id)
     # The lines of a parse's tasks by id, a class attribute of its classes.
     _lines: Sequence[int] = ()
@@ -259,10 +259,7 @@ class Task(Optioned):
     @property
     def command(self) -> str:
         """Executable and arguments as written."""
-        # The parser keeps a command as its UTF-8 bytes (the file's own, which decoded
-        # strictly): a str takes 16 bytes more, 160 MB over ten million tasks.
-        command = self._command
-        return command if command.__class__ is str else command.decode()  # type: ignore[union-attr]
+        return self._command  # type: ignore[return-value]  # (bytes in pmc.dag.parsed's)
 
     @command.setter
     def command(self, value: str) -> None:

@@ -188,7 +188,7 @@ class _Reader:
     call inside it would be paid per line."""
 
     __slots__ = ("arrays", "backward", "children", "edge_lines", "index", "kinds",
-                 "last_command", "lines", "options", "parents", "path", "pegasus",
+                 "lines", "options", "parents", "path", "pegasus",
                  "pegasus_task", "plain_task", "tasks")
 
     def __init__(self, path: str, lazy: bool = False) -> None:
@@ -203,7 +203,6 @@ class _Reader:
         self.edge_lines = array("I")
         self.backward = False  # an edge to a task defined earlier: only such can close a cycle
         self.pegasus: str | int | None = None
-        self.last_command = b""
         self.options = _SharedOptions()
         self.arrays: dict[str, task_arrays.Array] = {}  # task arrays (a pmc extension)
         self.lines = array("I")  # the line of each id (see Task.line)
@@ -230,7 +229,7 @@ class _Reader:
                                               self.arrays)
         add_task, add_parent, add_kind = tasks.append, self.parents.append, self.kinds.add
         add_child, add_line = self.children.append, self.edge_lines.append
-        pegasus, last_command, backward = self.pegasus, self.last_command, self.backward
+        pegasus, backward = self.pegasus, self.backward
         prefix, cut, last_options, kind_seen = shared.prefix, shared.cut, shared.last, None
         add_at, plain_task, pegasus_task = self.lines.append, self.plain_task, self.pegasus_task
         for lineno, line in enumerate(lines, before + 1):
@@ -275,33 +274,32 @@ class _Reader:
                 if command is not None:
                     if opts is not kind_seen:  # (tasks alike come in runs: an add a run)
                         kind_seen = add_kind(opts) or opts
-                    # Its UTF-8 (as Task.command keeps it), one copy for a run of repeats.
-                    utf8 = command.encode()
-                    utf8 = last_command = last_command if utf8 == last_command else utf8
-                    # Not Task(...), in 3.11 three times these lines; no id (pmc.dag.parsed).
+                    # Not Task(...), in 3.11 three times these lines; no id, its name and
+                    # command in one bytes object (pmc.dag.parsed).
                     task = new_task(plain_task if pegasus is None else pegasus_task)
-                    task.name, task._command, task._options = parts[1], utf8, opts
+                    name = parts[1]
+                    task._command, task._options = f"{name}\n{command}".encode(), opts
                 else:
                     general = self.general_task(lineno, line, parts, tid, pegasus)
                     prefix, cut, last_options = shared.prefix, shared.cut, shared.last
                     if general is None:  # a task array (extension), its members taken
                         pegasus, index = None, self.index  # (the index, built for it)
                         continue
-                    task = general
+                    task, name = general, general.name
                 if pegasus is not None:
                     # A plain decimal SEQ is kept as its distance from the id (see
                     # Task.pegasus_id): one shared small int when SEQ counts with it.
                     task._pegasus = pegasus - tid if isinstance(pegasus, int) else pegasus  # type: ignore[misc]
                     pegasus = None
-                if index is not None and index.setdefault(task.name, tid) != tid:
-                    raise _duplicate(path, lineno, line, tasks[index[task.name]])
+                if index is not None and index.setdefault(name, tid) != tid:
+                    raise _duplicate(path, lineno, line, tasks[index[name]])
                 add_task(task)
                 add_at(lineno)
             elif kind.startswith("#@"):
                 pegasus = _seq(path, lineno, line, parts, plain)
             elif kind[0] != "#":
                 raise _unknown(path, lineno, line, kind)
-        self.pegasus, self.last_command, self.backward = pegasus, last_command, backward
+        self.pegasus, self.backward = pegasus, backward
 
     def general_task(self, lineno: int, line: str, parts: list[str], tid: int,
                      pegasus: int | str | None) -> Task | None:
