@@ -382,8 +382,11 @@ def resolve(path: str, size: int, chunk: int, asked: _Asked, block: int = BLOCK)
                 break
             tally.add_before(*run)
             counted += 1
+        # The counts made ready to send while the parser still reads, unless it is
+        # already waiting: at ten million tasks, 80 MB it waited 0.4-0.5 s for.
+        first = None if asked.waiting() else _counted(tally, counted)
         asked.poll(done, wait=True)
-        frames = _Frames(asked.out.fileno(), _counted(tally, counted))
+        frames = _Frames(asked.out.fileno(), first or _counted(tally, counted))
     for run in held:
         frames.add(*run)
     frames.end(_HEADER.pack(ntasks, nedges, backward))
