@@ -373,23 +373,29 @@ def resolve(path: str, size: int, chunk: int, asked: _Asked, block: int = BLOCK)
         if not index.unique():
             raise DagError(path, None, "duplicate task id")  # the parser reports it
     if frames is None:
-        # Not asked yet: count the edges meanwhile, run by run until the question comes,
-        # as the parser would have counted them after it.
-        tally = EdgeTally(ntasks)
-        counted = 0
-        for run in held:
-            if asked.waiting():
-                break
-            tally.add_before(*run)
-            counted += 1
-        # The counts made ready to send while the parser still reads, unless it is
-        # already waiting: at ten million tasks, 80 MB it waited 0.4-0.5 s for.
-        first = None if asked.waiting() else _counted(tally, counted)
-        asked.poll(done, wait=True)
-        frames = _Frames(asked.out.fileno(), first or _counted(tally, counted))
+        frames = _count_until_asked(held, ntasks, asked, done)
     for run in held:
         frames.add(*run)
     frames.end(_HEADER.pack(ntasks, nedges, backward))
+
+
+def _count_until_asked(held: list[tuple[array[int], array[int]]], ntasks: int,
+                       asked: _Asked, done: int) -> _Frames:
+    """Not asked yet: count the edges ``held`` meanwhile, run by run until the question
+    comes, as the parser would have counted them after it; answer it, and start the
+    frames with what was counted."""
+    tally = EdgeTally(ntasks)
+    counted = 0
+    for run in held:
+        if asked.waiting():
+            break
+        tally.add_before(*run)
+        counted += 1
+    # The counts made ready to send while the parser still reads, unless it is already
+    # waiting: at ten million tasks, 80 MB it waited 0.4-0.5 s for.
+    first = None if asked.waiting() else _counted(tally, counted)
+    asked.poll(done, wait=True)
+    return _Frames(asked.out.fileno(), first or _counted(tally, counted))
 
 
 def _uncounted(ntasks: int) -> bytes:
