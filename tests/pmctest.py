@@ -1,5 +1,6 @@
 """Helpers for the tests: run pmc as a real process, write DAGs, read a rescue log, find
-the pip MPI's mpiexec. (Fixtures are in conftest.py; ``tests/`` is on pytest's pythonpath.)"""
+the pip MPI's mpiexec, every Task of a parsed DAG. (Fixtures are in conftest.py;
+``tests/`` is on pytest's pythonpath.)"""
 
 from __future__ import annotations
 
@@ -15,7 +16,16 @@ from pathlib import Path
 
 import pytest
 
+from pmc.dag import DAG, Task
+from pmc.dag.model import TaskView
+
 REPO = Path(__file__).resolve().parent.parent
+
+
+def tasks_of(dag: DAG) -> list[Task]:
+    """Every task of ``dag`` as a Task, in id order (a parsed DAG holds none: each is made
+    as it is asked for, ``DAG.task``)."""
+    return list(TaskView(dag, range(len(dag))))
 
 
 def find_mpiexec() -> str | None:

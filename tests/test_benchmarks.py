@@ -43,7 +43,7 @@ def test_independent_dags_as_planners_write_them(tmp_path: Path, style: str) -> 
     path = tmp_path / "i.dag"
     assert write_independent(path, 3, "/bin/true", style) == 3
     dag = parse_dag(str(path))
-    task = dag.tasks[2]
+    task = dag.task(2)
     assert task.name == "t2" and dag.edge_count() == 0
     assert task.command == "/bin/true"  # as the floor runs it
     assert (task.memory, task.cpus) == ((0, 1) if style == "plain" else (1, 1))
@@ -243,9 +243,9 @@ def test_shapes_given_dag_carries_each_transformations_mean(tmp_path: Path) -> N
     # pmc reads back the means as written, fractions of a second to the last digit.
     dag = parse_dag(str(given_dag(shared)))
     means = [(0.1 + 0.25 + 0.4) / 3, 1 / 3, (0.1 + 0.25 + 0.4) / 3, (0.1 + 0.25 + 0.4) / 3]
-    assert [dag.tasks[i].expected_runtime for i in range(4)] == means
-    assert [dag.tasks[i].priority for i in range(4)] == [1, 2, 3, 1]  # the levels, as before
-    assert all(parse_dag(str(shared)).tasks[i].expected_runtime is None for i in range(4))
+    assert [dag.task(i).expected_runtime for i in range(4)] == means
+    assert [dag.task(i).priority for i in range(4)] == [1, 2, 3, 1]  # the levels, as before
+    assert all(parse_dag(str(shared)).task(i).expected_runtime is None for i in range(4))
 
 
 def test_shapes_given_schedule_weighs_paths_by_the_means() -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pmctest import pmc
+from pmctest import pmc, tasks_of
 
 from pmc.dag import DAG, DagError, Task, parse_dag, split_command
 from pmc.dag.model import options_of
@@ -51,7 +51,7 @@ def error(tmp_path: Path, text: str | bytes, line: int | None, *fragments: str) 
 
 def edges(dag: DAG) -> list[tuple[str, str]]:
     return [
-        (dag.tasks[p].name, dag.tasks[c].name) for p in range(len(dag)) for c in dag.children(p)
+        (dag.task(p).name, dag.task(c).name) for p in range(len(dag)) for c in dag.children(p)
     ]
 
 
@@ -74,12 +74,12 @@ EDGE C D
 def test_manual_diamond(tmp_path: Path) -> None:
     dag = parse(tmp_path, DIAMOND)
     assert len(dag) == 4
-    assert [t.name for t in dag.tasks] == ["A", "B", "C", "D"]
-    assert [t.id for t in dag.tasks] == [0, 1, 2, 3]
+    assert [t.name for t in tasks_of(dag)] == ["A", "B", "C", "D"]
+    assert [t.id for t in tasks_of(dag)] == [0, 1, 2, 3]
     assert dag.index == {"A": 0, "B": 1, "C": 2, "D": 3}
-    assert [t.line for t in dag.tasks] == [2, 3, 4, 5]
-    assert dag.tasks[0].command == '/bin/echo "I am A"'
-    assert split_command(dag.tasks[0].command) == ["/bin/echo", "I am A"]
+    assert [t.line for t in tasks_of(dag)] == [2, 3, 4, 5]
+    assert dag.task(0).command == '/bin/echo "I am A"'
+    assert split_command(dag.task(0).command) == ["/bin/echo", "I am A"]
     assert edges(dag) == [("A", "B"), ("A", "C"), ("B", "D"), ("C", "D")]
     assert dag.edge_count() == 4
     assert list(dag.nparents) == [0, 1, 1, 2]
@@ -164,15 +164,15 @@ def test_blank_lines_comments_and_whitespace(tmp_path: Path) -> None:
         "\n \t \n# a comment\n   # indented comment\n#TASK X x\n"
         "  TASK\tA   /bin/true   \nTASK B b\nEDGE\tA\tB   \n",
     )
-    assert [t.name for t in dag.tasks] == ["A", "B"]
-    assert dag.tasks[0].command == "/bin/true"
-    assert dag.tasks[0].line == 6
+    assert [t.name for t in tasks_of(dag)] == ["A", "B"]
+    assert dag.task(0).command == "/bin/true"
+    assert dag.task(0).line == 6
     assert edges(dag) == [("A", "B")]
 
 
 def test_crlf_line_ends(tmp_path: Path) -> None:
     dag = parse(tmp_path, "TASK A /bin/echo a\r\nTASK B b\r\nEDGE A B\r\n")
-    assert dag.tasks[0].command == "/bin/echo a"
+    assert dag.task(0).command == "/bin/echo a"
     assert edges(dag) == [("A", "B")]
 
 
@@ -182,7 +182,7 @@ def test_last_line_without_newline(tmp_path: Path) -> None:
 
 
 def test_task_defaults(tmp_path: Path) -> None:
-    task = parse(tmp_path, "TASK t01 /bin/program -a -b\n").tasks[0]
+    task = parse(tmp_path, "TASK t01 /bin/program -a -b\n").task(0)
     assert task.name == "t01"
     assert task.command == "/bin/program -a -b"
     assert task.memory == 0
@@ -196,13 +196,15 @@ def test_task_defaults(tmp_path: Path) -> None:
     assert task.line == 1
 
 
-def test_parsed_tasks_share_no_options(tmp_path: Path) -> None:
-    # Plain tasks share one set of default options until one of them changes.
+def test_tasks_share_no_options(tmp_path: Path) -> None:
+    # Tasks share one set of default options until one of them changes; a parsed task's
+    # Task, made when asked, changes nothing in its DAG.
+    a, b = Task(0, "A", "a"), Task(1, "B", "b")
+    a.tries = 3
+    assert (a.tries, b.tries) == (3, None)
     dag = parse(tmp_path, "TASK A a\nTASK B b\n")
-    dag.tasks[0].tries = 3
-    assert dag.tasks[0].tries == 3
-    assert dag.tasks[1].tries is None
-    assert Task(0, "A", "a").tries is None
+    dag.task(0).tries = 3
+    assert dag.task(0).tries is None and dag.task(1).tries is None
 
 
 def test_option_kinds_count_every_task_as_it_stands(tmp_path: Path) -> None:
@@ -214,8 +216,8 @@ def test_option_kinds_count_every_task_as_it_stands(tmp_path: Path) -> None:
         (0, 0), (0, 2), (5, 0)]
     dag.tasks.append(Task(5, "E", "e", cpus=3))
     assert sorted(o.cpus for o in dag.option_kinds()) == [1, 1, 1, 3]
-    dag.tasks[0].memory = 9
-    assert sorted(o.memory for o in dag.option_kinds()) == [0, 0, 0, 5, 9]
+    dag.task(5).memory = 9
+    assert sorted(o.memory for o in dag.option_kinds()) == [0, 0, 5, 9]
 
 
 def test_option_kinds_are_gathered_by_every_kind_of_line(tmp_path: Path) -> None:
@@ -247,7 +249,7 @@ def test_task_constructor_and_assignment() -> None:
 
 
 def test_manual_example_options(tmp_path: Path) -> None:
-    task = parse(tmp_path, "TASK t01 -m 10 -c 2 /bin/program -a -b\n").tasks[0]
+    task = parse(tmp_path, "TASK t01 -m 10 -c 2 /bin/program -a -b\n").task(0)
     assert task.memory == 10
     assert task.cpus == 2
     # Options after the executable belong to the program.
@@ -307,7 +309,7 @@ def test_manual_example_options(tmp_path: Path) -> None:
     ],
 )
 def test_task_option(tmp_path: Path, options: str, attribute: str, value: object) -> None:
-    task = parse(tmp_path, f"TASK A {options} /bin/prog -x 1\n").tasks[0]
+    task = parse(tmp_path, f"TASK A {options} /bin/prog -x 1\n").task(0)
     assert getattr(task, attribute) == value
     assert task.command == "/bin/prog -x 1"
 
@@ -318,7 +320,7 @@ def test_all_options_together(tmp_path: Path) -> None:
         "TASK mytask -m 10 -c 2 -t 3 -p -5 -f A=/tmp/myfile.a -f B=/tmp/myfile.b "
         "-F /tmp/foo.0=/scratch/foo --expected-runtime 60 "
         "/bin/pegasus-kickstart /bin/mytask -o /proc/self/fd/$A\n",
-    ).tasks[0]
+    ).task(0)
     assert (task.memory, task.cpus, task.tries, task.priority) == (10, 2, 3, -5)
     assert task.pipe_forwards == (("A", "/tmp/myfile.a"), ("B", "/tmp/myfile.b"))
     assert task.file_forwards == (("/tmp/foo.0", "/scratch/foo"),)
@@ -329,13 +331,13 @@ def test_all_options_together(tmp_path: Path) -> None:
 
 def test_double_dash_ends_options(tmp_path: Path) -> None:
     dag = parse(tmp_path, "TASK A -m 5 -- -weird-name arg\nTASK B -- prog\n")
-    assert dag.tasks[0].memory == 5
-    assert dag.tasks[0].command == "-weird-name arg"
-    assert dag.tasks[1].command == "prog"
+    assert dag.task(0).memory == 5
+    assert dag.task(0).command == "-weird-name arg"
+    assert dag.task(1).command == "prog"
 
 
 def test_quoted_option_values(tmp_path: Path) -> None:
-    task = parse(tmp_path, "TASK A -f 'OUT=/tmp/my file' prog 'x y'\n").tasks[0]
+    task = parse(tmp_path, "TASK A -f 'OUT=/tmp/my file' prog 'x y'\n").task(0)
     assert task.pipe_forwards == (("OUT", "/tmp/my file"),)
     assert task.command == "prog 'x y'"
 
@@ -344,7 +346,7 @@ def test_quoted_option_values(tmp_path: Path) -> None:
 
 
 def test_quoted_arguments_reach_the_program_literally(tmp_path: Path) -> None:
-    task = parse(tmp_path, "TASK A prog 'a < b || c > d' foo 'bar baz'\n").tasks[0]
+    task = parse(tmp_path, "TASK A prog 'a < b || c > d' foo 'bar baz'\n").task(0)
     assert task.command == "prog 'a < b || c > d' foo 'bar baz'"
     assert split_command(task.command) == ["prog", "a < b || c > d", "foo", "bar baz"]
 
@@ -364,13 +366,13 @@ def test_quoted_arguments_reach_the_program_literally(tmp_path: Path) -> None:
     ],
 )
 def test_quoting_forms(tmp_path: Path, command: str, argv: list[str]) -> None:
-    task = parse(tmp_path, f"TASK A {command}\n").tasks[0]
+    task = parse(tmp_path, f"TASK A {command}\n").task(0)
     assert task.command == command
     assert split_command(task.command) == argv
 
 
 def test_escaped_trailing_space_is_kept(tmp_path: Path) -> None:
-    task = parse(tmp_path, "TASK A prog a\\ \n").tasks[0]
+    task = parse(tmp_path, "TASK A prog a\\ \n").task(0)
     assert split_command(task.command) == ["prog", "a "]
 
 
@@ -405,14 +407,14 @@ def test_unicode_spaces_are_part_of_names_and_arguments(tmp_path: Path) -> None:
         "EDGE A\u00a0B C\n"
         "EDGE\tC D\x0bE \n",
     )
-    assert [t.name for t in dag.tasks] == ["A\u00a0B", "C", "D\x0bE"]
-    assert dag.tasks[0].command == "/bin/echo x\u00a0y \u3000\x1c z\u00a0"
-    assert split_command(dag.tasks[0].command) == [
+    assert [t.name for t in tasks_of(dag)] == ["A\u00a0B", "C", "D\x0bE"]
+    assert dag.task(0).command == "/bin/echo x\u00a0y \u3000\x1c z\u00a0"
+    assert split_command(dag.task(0).command) == [
         "/bin/echo", "x\u00a0y", "\u3000\x1c", "z\u00a0"]
-    assert dag.tasks[1].memory == 2
-    assert split_command(dag.tasks[1].command) == ["/bin/echo", "\x1d\x1e\x1f\u2003"]
+    assert dag.task(1).memory == 2
+    assert split_command(dag.task(1).command) == ["/bin/echo", "\x1d\x1e\x1f\u2003"]
     # A vertical tab or form feed separates a command's words, not a record's fields.
-    assert split_command(dag.tasks[2].command) == ["/bin/echo", "q"]
+    assert split_command(dag.task(2).command) == ["/bin/echo", "q"]
     assert edges(dag) == [("A\u00a0B", "C"), ("C", "D\x0bE")]
 
 
@@ -423,8 +425,8 @@ def test_command_after_an_odd_blank_is_read_as_words_are(tmp_path: Path) -> None
     error(tmp_path, "TASK A \x0b\n", 1, "no executable")
     error(tmp_path, "TASK A \x0c\x0b\x0c\n", 1, "no executable")
     dag = parse(tmp_path, "TASK A \x0b-m 5 /bin/true x\n")
-    assert dag.tasks[0].memory == 5
-    assert split_command(dag.tasks[0].command) == ["/bin/true", "x"]
+    assert dag.task(0).memory == 5
+    assert split_command(dag.task(0).command) == ["/bin/true", "x"]
 
 
 def test_unicode_space_does_not_separate_fields(tmp_path: Path) -> None:
@@ -473,15 +475,15 @@ def test_pegasus_line_applies_to_next_task_only(tmp_path: Path) -> None:
         "EDGE A C\n"
         "TASK D d\n",
     )
-    assert [t.pegasus_id for t in dag.tasks] == ["1", None, "2", "9"]
-    assert dag.tasks[2].memory == 3
+    assert [t.pegasus_id for t in tasks_of(dag)] == ["1", None, "2", "9"]
+    assert dag.task(2).memory == 3
 
 
 def test_pegasus_line_without_space(tmp_path: Path) -> None:
     # The reference reads the field after "#@7" as SEQ ("t" here); refused, not guessed.
     error(tmp_path, "#@7 t d x\nTASK A a\n", 1, "'#@' must be followed by a blank")
     error(tmp_path, "#@7 t d\nTASK A a\n", 1, "'#@' must be followed by a blank")
-    assert parse(tmp_path, "#@\t7 t d\nTASK A a\n").tasks[0].pegasus_id == "7"
+    assert parse(tmp_path, "#@\t7 t d\nTASK A a\n").task(0).pegasus_id == "7"
 
 
 def test_pegasus_line_with_too_few_fields(tmp_path: Path) -> None:
@@ -491,7 +493,7 @@ def test_pegasus_line_with_too_few_fields(tmp_path: Path) -> None:
 
 def test_hash_comment_is_not_a_pegasus_line(tmp_path: Path) -> None:
     dag = parse(tmp_path, "# @ 1\n## x\nTASK A a\n")
-    assert dag.tasks[0].pegasus_id is None
+    assert dag.task(0).pegasus_id is None
 
 
 # --- errors --------------------------------------------------------------------------------
@@ -696,8 +698,8 @@ def test_truncated_utf8_at_end(tmp_path: Path) -> None:
 
 def test_utf8_names_and_arguments(tmp_path: Path) -> None:
     dag = parse(tmp_path, "TASK t\u00e9 /bin/echo '\u65e5\u672c'\nTASK b b\nEDGE t\u00e9 b\n")
-    assert dag.tasks[0].name == "t\u00e9"
-    assert split_command(dag.tasks[0].command) == ["/bin/echo", "\u65e5\u672c"]
+    assert dag.task(0).name == "t\u00e9"
+    assert split_command(dag.task(0).command) == ["/bin/echo", "\u65e5\u672c"]
 
 
 def test_nul_byte_names_its_line(tmp_path: Path) -> None:
@@ -718,8 +720,8 @@ def test_bad_bytes_after_a_megabyte(tmp_path: Path) -> None:
 def test_long_lines(tmp_path: Path) -> None:
     arg = "y" * 3_000_000
     dag = parse(tmp_path, f"TASK A /bin/echo {arg}\nTASK B b\nEDGE A B\n")
-    assert dag.tasks[0].command == f"/bin/echo {arg}"
-    assert dag.tasks[1].line == 2
+    assert dag.task(0).command == f"/bin/echo {arg}"
+    assert dag.task(1).line == 2
 
 
 def test_long_offending_text_is_shortened(tmp_path: Path) -> None:
@@ -735,7 +737,7 @@ def test_error_is_a_single_line_message(tmp_path: Path) -> None:
 
 def test_line_numbers_count_every_line(tmp_path: Path) -> None:
     dag = parse(tmp_path, "\n# c\n\nTASK A a\n\r\n \t\nTASK B b\n")
-    assert [t.line for t in dag.tasks] == [4, 7]
+    assert [t.line for t in tasks_of(dag)] == [4, 7]
 
 
 def test_form_feed_line_is_not_blank(tmp_path: Path) -> None:
@@ -755,12 +757,12 @@ def test_many_tasks_and_edges(tmp_path: Path) -> None:
     assert list(dag.children(0)) == [1]
     assert list(dag.children(1)) == [2, 3]
     assert all(dag.nparents[i] == 1 for i in range(1, n))
-    assert dag.tasks[n - 1].command == f"/bin/true {n - 1}"
+    assert dag.task(n - 1).command == f"/bin/true {n - 1}"
 
 
 def test_repeated_commands_are_equal_strings(tmp_path: Path) -> None:
     dag = parse(tmp_path, "TASK A /bin/true\nTASK B /bin/true\nTASK C /bin/false\n")
-    assert [t.command for t in dag.tasks] == ["/bin/true", "/bin/true", "/bin/false"]
+    assert [t.command for t in tasks_of(dag)] == ["/bin/true", "/bin/true", "/bin/false"]
 
 
 # --- what a run does with it ---------------------------------------------------------------
@@ -859,7 +861,7 @@ def test_fast_paths_agree_with_the_slow_one(
         try:
             got: object = [(t.name, t.command, t.line, t.memory, t.cpus, t.tries, t.priority,
                             t.pipe_forwards, t.expected_runtime, t.pegasus_id)
-                           for t in parse_dag(path).tasks]
+                           for t in tasks_of(parse_dag(path))]
         except DagError as e:
             got = str(e)
     assert got == expected
@@ -892,7 +894,7 @@ def test_pegasus_lines_fast_and_slow_agree(
         try:
             got: object = [(t.name, t.command, t.line, t.memory, t.cpus, t.tries, t.priority,
                             t.pipe_forwards, t.expected_runtime, t.pegasus_id)
-                           for t in parse_dag(path).tasks]
+                           for t in tasks_of(parse_dag(path))]
         except DagError as e:
             got = str(e)
     assert got == expected
@@ -902,55 +904,57 @@ def test_repeated_option_text_shares_one_options_object(tmp_path: Path) -> None:
     dag = parse(tmp_path, "".join(f"TASK t{i} -m 1 -c 1 /bin/true {i}\n" for i in range(5))
                 + "TASK u -m 2 /bin/true\nTASK v -m 1 -c 1 /bin/true\n"
                 + "TASK w -m 1  -c 1 /bin/true\n#@ 9 tr dax\nTASK x -m 1 -c 1 -- -y\n")
-    opts = {id(t._options) for t in dag.tasks[:-1]}
+    opts = {id(options_of(t)) for t in tasks_of(dag)[:-1]}
     assert len(opts) == 2  # "-m 1 -c 1" (however written) and "-m 2"
-    assert dag.tasks[-1]._options == dag.tasks[0]._options
-    assert [t.command for t in dag.tasks][-5:] == [
+    last = dag.task(len(dag) - 1)
+    assert last._options == dag.task(0)._options
+    assert [t.command for t in tasks_of(dag)][-5:] == [
         "/bin/true 4", "/bin/true", "/bin/true", "/bin/true", "-y"]
-    assert dag.tasks[-1].pegasus_id == "9" and dag.tasks[-1].line == 10
+    assert last.pegasus_id == "9" and last.line == 10
 
 
 def test_pegasus_ids_read_back_as_written(tmp_path: Path) -> None:
     dag = parse(tmp_path, "#@ 12 tr dax\nTASK a p\n#@ 012 tr dax\nTASK b p\n"
                           "#@ 0 tr dax\nTASK c p\n#@ 99999999999999999999999 tr dax\nTASK d p\n"
                           "#@ \u0661 tr dax\nTASK e p\nTASK f p\n")
-    assert [t.pegasus_id for t in dag.tasks] == [
+    assert [t.pegasus_id for t in tasks_of(dag)] == [
         "12", "012", "0", "99999999999999999999999", "\u0661", None]
-    assert [t.line for t in dag.tasks] == [2, 4, 6, 8, 10, 11]
-    task = dag.tasks[4]
+    assert [t.line for t in tasks_of(dag)] == [2, 4, 6, 8, 10, 11]
+    task = dag.task(4)
     task.pegasus_id = "5"
     assert (task.pegasus_id, task.line) == ("5", 10)
     task.pegasus_id = None
     assert (task.pegasus_id, task.line) == (None, 10)
-    # A task without a Pegasus id has no room for one: ten million of them, 80 MB less.
-    plain = dag.tasks[5]
+    plain = dag.task(5)
     assert plain.pegasus_id is None and not hasattr(plain, "_pegasus")
-    with pytest.raises(AttributeError):
-        plain.pegasus_id = "5"
     made = Task(0, "a", "p", pegasus_id="3", line=7)
     assert (made.pegasus_id, made.line) == ("3", 7)
 
 
-def test_a_parsed_task_is_64_bytes(tmp_path: Path) -> None:
-    """Four slots: a fifth (its line, a Pegasus id) would take it to 80 bytes, 160 MB
-    more over ten million tasks. The lines are the parse's, read back the same."""
-    text = "TASK a -m 1 /bin/true 1\n# note\nTASK b /bin/true\nEDGE a b\n#@ 3 tr d\nTASK c p\n"
+def test_a_parsed_task_is_no_object_of_its_own(tmp_path: Path) -> None:
+    """DAG.tasks holds one placeholder for every task of the same options; a task's Task
+    is made when asked (and kept by none), its name, command, line and Pegasus id read
+    back as written."""
+    text = ("TASK a -m 1 /bin/true 1\n# note\nTASK b /bin/true\nEDGE a b\n#@ 3 tr d\nTASK c p\n"
+            "TASK d -m 1 q\n")
     dag = parse(tmp_path, text)
-    assert [sys.getsizeof(t) for t in dag.tasks[:2]] == [64, 64]
-    assert [t.line for t in dag.tasks] == [1, 3, 6]
-    assert dag.tasks[2].pegasus_id == "3"
-    # Name and command, kept as one bytes object (48 bytes less than a str and a bytes),
-    # read back as written, and are set apart.
+    assert len(set(map(id, dag.tasks))) == 2 and dag.tasks[0] is dag.tasks[3]
+    assert not any(isinstance(t, Task) for t in dag.tasks)
+    assert dag.task(1) is not dag.task(1)
+    assert [t.line for t in tasks_of(dag)] == [1, 3, 6, 7]
+    assert [t.pegasus_id for t in tasks_of(dag)] == [None, None, "3", None]
+    assert [t.id for t in tasks_of(dag)] == [0, 1, 2, 3]
     echo = "/bin/echo \u00e9t\u00e9 \U0001f600"
     dag = parse(tmp_path, f"TASK a {echo}\nTASK \u00e9\U0001f600 {echo}\n")
-    assert [(t.name, t.command) for t in dag.tasks] == [("a", echo), ("\u00e9\U0001f600", echo)]
-    first, second = dag.tasks
-    first.command = "other"
-    second.name = "b2"
-    assert [(t.name, t.command) for t in dag.tasks] == [("a", "other"), ("b2", echo)]
-    with pytest.raises(ValueError, match="line end"):
-        first.name = "a\nb"
-    assert (first.name, first.command) == ("a", "other")
+    assert [(t.name, t.command) for t in tasks_of(dag)] == [("a", echo), ("\u00e9\U0001f600", echo)]
+    assert [(dag.name_of(i), dag.command_of(i)) for i in range(2)] == [
+        ("a", echo), ("\u00e9\U0001f600", echo)]
+    # After a task array (a pmc extension), whose ids have no text, as before it.
+    dag = parse(tmp_path, "TASK a p\nTASK b --array 0-2 q {}\n#@ 4 tr d\nTASK c -m 1 r\n"
+                          "TASK d p\nEDGE a c\n")
+    assert [(t.name, t.command, t.line, t.pegasus_id) for t in map(dag.task, (0, 6, 7))] == [
+        ("a", "p", 1, None), ("c", "r", 4, "4"), ("d", "p", 5, None)]
+    assert (dag.name_of(2), dag.task(2).command, dag.id_of("d")) == ("b[0]", "q 0", 7)
 
 
 # -- GPUs and ranks (pmc extensions) ------------------------------------------------------
@@ -967,15 +971,15 @@ def test_a_parsed_task_is_64_bytes(tmp_path: Path) -> None:
     ],
 )
 def test_gpu_and_rank_options(tmp_path: Path, options: str, want: tuple[int, int, int]) -> None:
-    task = parse(tmp_path, f"TASK A -c 2 {options} /bin/prog -x 1\n").tasks[0]
+    task = parse(tmp_path, f"TASK A -c 2 {options} /bin/prog -x 1\n").task(0)
     assert (task.gpus, task.ranks, task.ranks_per_host) == want
     assert task.cpus == 2 and task.command == "/bin/prog -x 1"
 
 
 def test_tasks_without_gpus_or_ranks_share_the_default_options(tmp_path: Path) -> None:
     dag = parse(tmp_path, "TASK A /bin/a\nTASK B --request-gpus 0 /bin/b\n")
-    assert dag.tasks[0].gpus == 0 and dag.tasks[0].ranks == 1
-    assert options_of(dag.tasks[0]) is options_of(dag.tasks[1])
+    assert dag.task(0).gpus == 0 and dag.task(0).ranks == 1
+    assert options_of(dag.task(0)) is options_of(dag.task(1))
 
 
 @pytest.mark.parametrize(

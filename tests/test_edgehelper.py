@@ -18,6 +18,7 @@ from typing import BinaryIO
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pmctest import tasks_of
 
 from pmc.dag import DAG, DagError, edgehelper, helperindex, parse_dag
 from pmc.dag import reader as dagmod
@@ -91,7 +92,7 @@ def error_alone(path: str) -> str:
 def shape(d: DAG) -> tuple[object, ...]:
     tasks = [(t.id, t.name, t.command, t.line, t.memory, t.cpus, t.tries, t.priority,
               t.pipe_forwards, t.file_forwards, t.pegasus_id, t.expected_runtime)
-             for t in d.tasks]
+             for t in tasks_of(d)]
     return (tasks, d.index, list(d.child_start), list(d.child_list), list(d.nparents))
 
 
@@ -145,7 +146,7 @@ def test_interleaved_sections_options_and_comments(tmp_path: Path, helped: Helpe
     path = write(tmp_path, MIXED + more + "EDGE\tb\td  \r\n")
     got = parse_dag(path)
     assert shape(got) == shape(alone(path))
-    assert got.tasks[got.index["y39"]].pegasus_id == "39"
+    assert got.task(got.index["y39"]).pegasus_id == "39"
     assert helped.edges > 20 and not helped.failed
     assert helped.alone == 1
 
@@ -223,7 +224,7 @@ def test_what_the_parser_reads_in_the_helpers_share(tmp_path: Path, helped: Help
     path = write(tmp_path, text)
     got = parse_dag(path)
     assert shape(got) == shape(alone(path))
-    late = got.tasks[got.index["late"]]
+    late = got.task(got.index["late"])
     assert late.pegasus_id == "7"
     assert late.line == text.splitlines().index("TASK late /bin/true") + 1
     assert helped.edges > 100 and not helped.failed
@@ -315,7 +316,7 @@ def test_names_with_unicode_spaces_across_the_split(tmp_path: Path, helped: Help
     path = write(tmp_path, text)
     got = parse_dag(path)
     assert shape(got) == shape(alone(path))
-    assert got.edge_count() == 299 and got.tasks[0].name == "t0\u00a0x"
+    assert got.edge_count() == 299 and got.task(0).name == "t0\u00a0x"
     assert helped.edges > 100 and not helped.failed
 
 
@@ -382,10 +383,11 @@ def test_an_edge_to_a_task_defined_below_it(tmp_path: Path, helped: Helped,
     assert "EDGE names unknown task 'late'" in str(info.value)
 
 
-def test_a_big_parse_makes_no_int_per_task(tmp_path: Path, helped: Helped) -> None:
-    """With the helper, no name index is built, and a task is given its id when the DAG
-    hands it out: the parse holds no int object per task (32 bytes each, 320 MB at ten
-    million tasks), and every id read is the task's own."""
+def test_a_big_parse_makes_no_object_per_task_but_its_text(tmp_path: Path,
+                                                          helped: Helped) -> None:
+    """With the helper, no name index is built, and a task is no object until the DAG
+    hands it out (no Task, 64 bytes each, no int for its id, 32): the parse holds its
+    name and command's bytes and little more, and every id read is the task's own."""
     import tracemalloc
 
     n = 20_000
@@ -398,11 +400,11 @@ def test_a_big_parse_makes_no_int_per_task(tmp_path: Path, helped: Helped) -> No
     finally:
         tracemalloc.stop()
     assert helped.edges == n // 2 and not helped.failed
-    # Each task's object, its name and its command's bytes, a list slot, its line and
-    # its share of the edges: ~195 bytes; an int each made it ~223.
-    assert held < 210 * n
+    # Its name and command's bytes (~56), two list slots, its line and its share of the
+    # edges, and the modules imported: ~117 bytes; a Task each made it ~195.
+    assert held < 140 * n
     assert [dag.task(i).id for i in (0, 1, n - 1)] == [0, 1, n - 1]
-    assert dag.tasks[n // 2].id == n // 2 and dag.tasks[n // 2].line == n // 2 + 1
+    assert dag.task(n // 2).id == n // 2 and dag.task(n // 2).line == n // 2 + 1
     assert dag.index["t7"] == 7 and len(dag.index) == n
 
 

@@ -303,7 +303,7 @@ def test_definition_test_section_runs_a_valid_smoke_dag(
     path = tmp_path / name
     path.write_text(text + "\n", encoding="utf-8")
     dag = parse_dag(str(path))
-    assert [t.name for t in dag.tasks] == ["A", "B", "C", "D"]
+    assert list(map(dag.name_of, range(len(dag)))) == ["A", "B", "C", "D"]
     assert dag.edge_count() == 4
 
 

@@ -21,7 +21,7 @@ def make(tmp_path: Path, text: str) -> DAG:
 
 
 def names(dag: DAG, ids: list[int]) -> list[str]:
-    return [dag.tasks[i].name for i in ids]
+    return [dag.task(i).name for i in ids]
 
 
 def drain(engine: Engine) -> list[int]:

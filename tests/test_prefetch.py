@@ -22,7 +22,7 @@ from pmc.core.engine import Engine
 from pmc.core.events import Observer
 from pmc.core.protocol import TaskSpec
 from pmc.core.resources import Resources
-from pmc.dag import parse_dag
+from pmc.dag import Task, parse_dag
 from pmc.logsetup import LogOutput
 from pmc.outputs.eventlog import EventLog
 from pmc.outputs.metrics import make_registry
@@ -492,7 +492,7 @@ def two_slots_with_fillers(tmp_path: Path, children: str) -> tuple[Placer, Engin
                                   "TASK b -p 5 /bin/true\n" + "".join(
                                       f"TASK f{i} -p 1 /bin/true\n" for i in range(4))
                                   + children)))
-    ids = {dag.tasks[i].name: i for i in range(len(dag))}
+    ids = {dag.task(i).name: i for i in range(len(dag))}
     r = Resources()
     for rank in (1, 2):
         r.add_worker(rank, "h", cpus=4, memory=0, slots=1)
@@ -501,7 +501,7 @@ def two_slots_with_fillers(tmp_path: Path, children: str) -> tuple[Placer, Engin
                     Observer(), prefetch=True, set_affinity=False)
     engine.take_initial()
     placer.place(None)
-    assert {dag.tasks[t].name for t in chains.queued} == {"f0", "f1", "f2", "f3"}
+    assert {dag.task(t).name for t in chains.queued} == {"f0", "f1", "f2", "f3"}
     chains.limit = 1
     chains.end(ids["a"])
     assert placer.promote(ids["a"], r.workers[1]) == ids["f0"]
@@ -541,3 +541,16 @@ def test_a_ready_task_of_the_queued_tasks_rank_takes_nothing_back(tmp_path: Path
     assert placer.place(None) == {}
     assert placer.outranked() == []
     assert not placer.for_free_slot
+
+
+def test_every_task_made_to_run_is_let_go_by_its_end(tmp_path: Path) -> None:
+    # A parsed task is made when it is taken to run (queued behind another too), an
+    # array member as well, and let go after its last try: at the end the DAG holds its
+    # placeholders alone, whatever took the tasks' slots and however long they ran.
+    sim = SimWorkers(2, {"s3": 4, "s7": 2})
+    text = tasks(12) + "TASK q -m 1 /bin/echo 'a b'\nTASK a --array 0-4 /bin/true {}\nEDGE s0 q\n"
+    m, watch, summary = run_sim(tmp_path, text, sim)
+    assert summary.ok and summary.succeeded == 18
+    assert any(s.after >= 0 for s in sim.specs), "tasks were queued"
+    assert watch.matches(sim)
+    assert not any(isinstance(t, Task) for t in m.dag.tasks)

@@ -27,8 +27,8 @@ def plan(tmp_path: Path, text: str, states: dict[str, int]) -> tuple[set[str], s
     dag = parse_dag(str(write_dag(tmp_path / "p.dag", text)))
     status = bytearray(len(dag))
     for t in range(len(dag)):
-        task = dag.tasks[t]
-        status[t] = reuse.JOIN if task.__class__.__name__ == "JoinSlot" \
+        held = dag.tasks[t]
+        status[t] = reuse.JOIN if held.__class__.__name__ == "JoinSlot" \
             else states[dag.name_of(t)]
     done, reused = reuse.plan(dag, status, reuse.parents_of(dag))
     return {dag.name_of(t) for t in done}, {dag.name_of(t) for t in reused}

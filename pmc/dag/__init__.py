@@ -1,6 +1,7 @@
 """The DAG: the package face of ``pmc.dag``.
 
-Rooms, bottom to top: ``model`` (Task, DAG, DagError), ``words`` (shell words of a
+Rooms, bottom to top: ``model`` (Task, DAG, DagError), ``parsed`` (a parse's tasks
+and their placeholders), ``words`` (shell words of a
 command), ``lines`` (a file's lines and a line's fields), ``taskline`` (TASK options),
 ``graph`` (edges to CSR, cycle check), ``helperindex`` (the edge helper's reading of
 bytes and its index of names), ``edgehelper`` (the second process for a big file's EDGE

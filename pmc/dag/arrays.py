@@ -26,16 +26,15 @@ import os
 import re
 from array import array
 from itertools import repeat
-from typing import NamedTuple, cast
+from typing import NamedTuple
 
 from pmc.dag.lines import all_fields, show
 from pmc.dag.model import (
     DAG,
     JOIN_OPTIONS,
     DagError,
-    LinedTask,
+    MadeTask,
     Optioned,
-    Task,
     TaskOptions,
     member_id,
     new_task,
@@ -124,10 +123,10 @@ class Array:
             options = options._replace(inputs=_filled(options.inputs, index_text, value),
                                        outputs=_filled(options.outputs, index_text, value))
         task._options = options
-        task._line = self.line
+        task.line = self.line
         if self.pegasus is not None:
             task._pegasus = self.pegasus
-        task.array = self
+        task.array, task.slot = self, self.slot
         task.env = ((_ENV_INDEX, index_text), (_ENV_VALUE, value))
         return task
 
@@ -172,7 +171,7 @@ class MemberSlot(Optioned):
         self.array = owner
         self._options = owner.options
 
-    def made(self, task_id: int) -> Task:
+    def made(self, task_id: int) -> MadeTask:
         return self.array.member(task_id - self.array.first)
 
     def name_of(self, task_id: int) -> str:
@@ -187,7 +186,7 @@ class MemberSlot(Optioned):
         return _filled(o.inputs, str(index), value), _filled(o.outputs, str(index), value)
 
 
-class MemberTask(LinedTask):
+class MemberTask(MadeTask):
     """A member of an array, made when it is needed: it sets ``array`` and ``env``
     (its index and value), which a plain Task reads from its class."""
 
@@ -204,7 +203,7 @@ class JoinSlot(Optioned):
         self.array = owner
         self._options = JOIN_OPTIONS
 
-    def made(self, task_id: int) -> Task:
+    def made(self, task_id: int) -> MadeTask:
         raise ValueError(f"id {task_id} is a join of array {self.array.name}, not a task")
 
     def name_of(self, task_id: int) -> str:
@@ -244,7 +243,7 @@ def define(d: ArrayDef, path: str, line: str, tasks: list[Optioned], index: dict
                                      f"a pmc extension): {show(line)}")
     if d.name in index or d.name in arrays:
         first = index.get(d.name)
-        at = arrays[d.name].line if first is None else cast(Task, tasks[first]).line
+        at = arrays[d.name].line if first is None else tasks[first].made(first).line
         raise DagError(path, d.line, f"duplicate task id {d.name!r} (first defined at line "
                                      f"{at}): {show(line)}")
     start = len(tasks)
@@ -356,8 +355,7 @@ def check_names(path: str, tasks: list[Optioned], index: dict[str, int],
     if not clash:
         return
     first = min(index[name] for name in clash)
-    task = tasks[first]
-    assert isinstance(task, Task)
+    task = tasks[first].made(first)
     owner = arrays.get(task.name) or arrays[task.name[: task.name.rfind("[")]]
     raise DagError(path, task.line, f"task id {task.name!r} is taken by the task array "
                                     f"{owner.name} defined at line {owner.line} (task arrays "

@@ -32,12 +32,12 @@ def task_kinds(dag: DAG) -> tuple[array[int], list[str]]:
         _array_kinds(dag, kinds, kind)
         return kinds, names
     given = _transformations(dag.path, len(dag)) if dag.path else {}
-    for tid, task in enumerate(dag.made):
+    for tid in range(len(dag)):
         transformation = given.get(tid)
         if transformation is not None:
             kinds[tid] = kind("pegasus::" + transformation)
         else:
-            words = task.command.split(None, 1)
+            words = dag.command_of(tid).split(None, 1)
             kinds[tid] = kind(words[0] if words else "")
     return kinds, names
 
@@ -51,7 +51,7 @@ def _array_kinds(dag: DAG, kinds: array[int], kind: Callable[[str], int]) -> Non
     tid = ordinal = 0
     while tid < len(dag):
         owner = starts.get(tid)
-        command = owner.command if owner is not None else dag.made[tid].command
+        command = owner.command if owner is not None else dag.command_of(tid)
         transformation = given.get(ordinal)
         if transformation is not None:
             k = kind("pegasus::" + transformation)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from itertools import groupby, islice
+from itertools import count, groupby, islice
 from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple, Protocol, cast
 
@@ -61,8 +61,9 @@ _changes = [0]  # options set on a Task after it was made (Optioned._set)
 
 
 class Optioned:
-    """What reads a ``TaskOptions`` as attributes: a Task, and the one placeholder every
-    member of a task array shares until it is made (``pmc.dag.arrays``)."""
+    """What reads a ``TaskOptions`` as attributes: a Task, and the placeholders that stand
+    for tasks not made yet: of a parse's tasks alike (``pmc.dag.parsed``), of a task
+    array's members (``pmc.dag.arrays``)."""
 
     # Each subclass holds ``_options`` in its own slots: a Task's slots in one class, as
     # cheap to walk (by the collector, at its end) as those of a class of its own.
@@ -170,33 +171,28 @@ class Optioned:
         """The name of the task at ``task_id``."""
         raise NotImplementedError
 
+    def command_of(self, task_id: int) -> str:
+        """The command of the task at ``task_id``."""
+        return self.made(task_id).command
+
 
 class Task(Optioned):
     """One TASK record. ``id`` is its index in DAG order; ``command`` is the raw text of
-    executable and arguments, split only at launch (``split_command``).
+    executable and arguments, split only at launch (``split_command``); ``line`` is the
+    line of the DAG file it was defined on (0: not from a file).
 
     The options live in one immutable ``TaskOptions`` shared by every task that
     sets none of them, and by tasks whose option text is the same (``-m 1 -c 1`` on
-    every line), so a task costs four slots instead of twelve. They read and assign
-    like plain attributes. A task of the parser's fast path (``pmc.dag.parsed``) is 64
-    bytes (and one bytes object of its name and command), its id given only when it is
-    handed out: its line is kept by the parse, in one table of four bytes a task, and its
-    Pegasus id, if it has one, in a slot of a subclass, so a task without one pays
-    nothing for it (a fifth or sixth slot would make every task 80 bytes: ten million
-    tasks, 160 MB). ``Task(...)`` makes a ``LinedTask``, which keeps both itself.
+    every line); they read and assign like plain attributes. A parsed DAG holds no Task
+    for a task until it is taken to run (``pmc.dag.parsed``): a Task is for the few at
+    hand, and for a DAG made in code.
     """
 
-    __slots__ = ("_command", "_options", "id", "name")
-    _command: str | bytes  # the parser's tasks: NAME\nCOMMAND in UTF-8 (pmc.dag.parsed)
-    _pegasus: str | int  # a slot of the subclasses with a Pegasus id (int: SEQ - id)
-    # The lines of a parse's tasks by id, a class attribute of its classes.
-    _lines: Sequence[int] = ()
+    __slots__ = ("_options", "_pegasus", "command", "id", "line", "name")
+    _pegasus: str  # set only on a task with a Pegasus id
     # A member of a task array (pmc.dag.arrays.MemberTask) sets this; a plain task reads
     # it from its class, at no cost per task.
     env: tuple[tuple[str, str], ...] | None = None  # added to its environment
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> Task:
-        return object.__new__(LinedTask if cls is Task else cls)
 
     def __init__(
         self,
@@ -223,7 +219,7 @@ class Task(Optioned):
         self.name = name
         self.command = command
         if pegasus_id is not None:
-            self._pegasus = pegasus_id  # type: ignore[misc]
+            self._pegasus = pegasus_id
         self.line = line
         if (
             memory
@@ -257,69 +253,39 @@ class Task(Optioned):
             self._options = DEFAULT_OPTIONS
 
     @property
-    def command(self) -> str:
-        """Executable and arguments as written."""
-        return self._command  # type: ignore[return-value]  # (bytes in pmc.dag.parsed's)
-
-    @command.setter
-    def command(self, value: str) -> None:
-        self._command = value
-
-    @property
-    def line(self) -> int:
-        """The line of the DAG file the task was defined on (0: not from a file)."""
-        return self._lines[self.id]
-
-    @line.setter
-    def line(self, value: int) -> None:
-        raise AttributeError("the line of a parsed task is its parse's")
-
-    @property
     def pegasus_id(self) -> str | None:
         """SEQ of the task's "#@ SEQ TRANSFORMATION DAX_ID" line, if it has one."""
         # The slot of a task without one is never set. getattr's default, not a
         # try/except: a Python-level exception per dispatched task cost 0.4 µs.
-        pegasus: str | int | None = getattr(self, "_pegasus", None)
-        if pegasus is None:
-            return None
-        # The parser keeps a plain decimal SEQ as its distance from the id: Pegasus
-        # numbers a cluster's tasks 1, 2, 3... in order, so that is one small int Python
-        # shares, not 28 bytes of int (or 56 of text) per task.
-        return pegasus if isinstance(pegasus, str) else str(self.id + pegasus)
+        return getattr(self, "_pegasus", None)
 
     @pegasus_id.setter
     def pegasus_id(self, value: str | None) -> None:
-        """Set or clear the Pegasus id: set only on a task with room for one (a parsed
-        task without one has none: AttributeError)."""
         if value is not None:
-            self._pegasus = value  # type: ignore[misc]
+            self._pegasus = value
         elif hasattr(self, "_pegasus"):
             del self._pegasus
 
     def made(self, task_id: int) -> Task:
-        self.id = task_id  # (a parsed task's is given here: pmc.dag.parsed)
         return self
 
     def name_of(self, task_id: int) -> str:
         return self.name
 
+    def command_of(self, task_id: int) -> str:
+        return self.command
+
     def __repr__(self) -> str:
         return f"Task({self.id}, {self.name!r}, {self.command!r})"
 
 
-class LinedTask(Task):
-    """A Task that keeps its line and room for a Pegasus id itself: what ``Task(...)``
-    makes (a test's, or a TASK line off the parser's fast path)."""
+class MadeTask(Task):
+    """A Task made for a placeholder of ``DAG.tasks`` (a parsed task's, an array
+    member's) when it is taken to run: it is kept there in the placeholder's place
+    until its last try has ended, then ``slot`` is put back (``pmc.runtime.placement``)."""
 
-    __slots__ = ("_line", "_pegasus")
-
-    @property
-    def line(self) -> int:
-        return self._line
-
-    @line.setter
-    def line(self, value: int) -> None:
-        self._line = value
+    __slots__ = ("slot",)
+    slot: Optioned
 
 
 class TaskView:
@@ -371,11 +337,16 @@ class DAG:
     names cost a parse 15 s, and a run that looks no task up by name (no rescue log, no
     open workflow) never needs them.
 
+    ``tasks`` holds placeholders, each standing for many tasks and carrying their
+    options (what the engine needs to rank a ready task), the Task made when asked
+    (``task``): for a parsed task the placeholder of its options in its parse
+    (``pmc.dag.parsed``). A DAG made in code holds its Tasks themselves.
+
     Task arrays (a pmc extension, ``pmc.dag.arrays``) take a range of ids each: a hidden
     join node, the members, another join. ``tasks`` holds for each member the array's
-    one placeholder (its options, what the engine needs to rank a ready task), and for
-    each join the array's join placeholder; ``index`` holds no member (a member's id is
-    found by arithmetic, ``id_of``). ``len(dag)`` counts ids, ``ntasks`` the tasks."""
+    one placeholder, and for each join the array's join placeholder; ``index`` holds no
+    member (a member's id is found by arithmetic, ``id_of``). ``len(dag)`` counts ids,
+    ``ntasks`` the tasks."""
 
     __slots__ = ("_changes", "_counted", "_index", "_kinds", "arrays", "child_list",
                  "child_start", "made", "nparents", "path", "tasks")
@@ -392,9 +363,8 @@ class DAG:
     ) -> None:
         self.path = path
         self.tasks = tasks
-        # ``tasks``, read where every id is known to hold its Task, handed out once by
-        # ``task`` (which gives a parsed task its id): a plain task's, and an array
-        # member's from the moment it is taken to run until its last try has ended
+        # ``tasks``, read where every id is known to hold its Task: a parsed task's and an
+        # array member's from the moment it is taken to run until its last try has ended
         # (``pmc.runtime.placement``, the master's ``complete``). The same list, an
         # attribute: the master reads it several times a task.
         self.made = cast(list[Task], tasks)
@@ -430,8 +400,7 @@ class DAG:
     def index(self) -> dict[str, int]:
         """Each task's id by name (array members are in no index: ``id_of``)."""
         if self._index is None:
-            # Only a parse without task arrays leaves it unbuilt: every entry is a Task.
-            self._index = name_index(self.made)
+            self._index = name_index(map(self.name_of, range(len(self.tasks))))
         return self._index
 
     def id_objects(self) -> Iterable[int]:
@@ -460,6 +429,10 @@ class DAG:
         """A task's name, without making a member (a join: its array's name)."""
         return self.tasks[task_id].name_of(task_id)
 
+    def command_of(self, task_id: int) -> str:
+        """A task's command, without making a Task for it."""
+        return self.tasks[task_id].command_of(task_id)
+
     def id_of(self, name: str) -> int | None:
         """The id of a task or array member by name; None if the DAG has no such."""
         found = self.index.get(name)
@@ -468,13 +441,10 @@ class DAG:
         return found
 
 
-def name_index(tasks: Sequence[Task]) -> dict[str, int]:
-    """Each task's id by name, ``tasks`` being a DAG's from id 0 (a name given twice: the
+def name_index(names: Iterable[str]) -> dict[str, int]:
+    """Each task's id by name, ``names`` being a DAG's from id 0 (a name given twice: the
     last task's, and fewer entries than tasks)."""
-    return dict(zip(map(_name_of, tasks), range(len(tasks)), strict=True))
-
-
-_name_of = attrgetter("name")
+    return dict(zip(names, count()))
 
 
 def member_id(arrays: Mapping[str, ArrayRange], name: str) -> int | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import gc
 import os
 from array import array
-from typing import BinaryIO, cast
+from typing import BinaryIO
 
 from pmc.dag import arrays as task_arrays
 from pmc.dag import edgehelper
@@ -36,11 +36,10 @@ from pmc.dag.model import (
     Task,
     TaskOptions,
     name_index,
-    new_task,
     options_among,
     options_of,
 )
-from pmc.dag.parsed import give_ids, parsed_classes
+from pmc.dag.parsed import SEQ_LIMIT, Parsed, TaskSlot
 from pmc.dag.taskline import SIMPLE_OPTIONS, option_values, parse_task, pegasus_seq
 from pmc.dag.words import SPACE, has_quoting
 
@@ -188,8 +187,7 @@ class _Reader:
     call inside it would be paid per line."""
 
     __slots__ = ("arrays", "backward", "children", "edge_lines", "index", "kinds",
-                 "lines", "options", "parents", "path", "pegasus",
-                 "pegasus_task", "plain_task", "tasks")
+                 "options", "parents", "parsed", "path", "pegasus", "tasks")
 
     def __init__(self, path: str, lazy: bool = False) -> None:
         self.path = path
@@ -205,8 +203,7 @@ class _Reader:
         self.pegasus: str | int | None = None
         self.options = _SharedOptions()
         self.arrays: dict[str, task_arrays.Array] = {}  # task arrays (a pmc extension)
-        self.lines = array("I")  # the line of each id (see Task.line)
-        self.plain_task, self.pegasus_task = parsed_classes(self.lines, self.tasks)
+        self.parsed = Parsed()  # each task's name, command, line, Pegasus id
         # The distinct options of the tasks read (DAG.option_kinds), gathered as they are:
         # a pass over ten million tasks afterwards takes a quarter of a second or more.
         self.kinds: set[TaskOptions] = set()
@@ -231,7 +228,10 @@ class _Reader:
         add_child, add_line = self.children.append, self.edge_lines.append
         pegasus, backward = self.pegasus, self.backward
         prefix, cut, last_options, kind_seen = shared.prefix, shared.cut, shared.last, None
-        add_at, plain_task, pegasus_task = self.lines.append, self.plain_task, self.pegasus_task
+        parsed = self.parsed
+        slot = parsed.slot(last_options)  # (set again with kind_seen)
+        add_at, add_text, seqs = parsed.lines.append, parsed.texts.append, parsed.seqs
+        add_seq, slot_of = seqs.append, parsed.slot
         for lineno, line in enumerate(lines, before + 1):
             # At most three fields: the rest of a TASK line is its command, kept as
             # written; the rest of an EDGE line must be exactly one name.
@@ -248,10 +248,8 @@ class _Reader:
                         backward = self.array_edge(lineno, line) or backward
                         continue
                     p, c = edge_ids(path, lineno, line, index)
-                if p >= c:
-                    if p == c:
-                        raise _self_edge(path, lineno, line, parts[1])
-                    backward = True
+                if p >= c:  # (a self edge raises)
+                    backward = _backward(path, lineno, line, p, c, parts[1])
                 add_parent(p)
                 add_child(c)
                 add_line(lineno)
@@ -272,28 +270,28 @@ class _Reader:
                         command, opts = shared.split(rest)
                         prefix, cut, last_options = shared.prefix, shared.cut, shared.last
                 if command is not None:
+                    name = parts[1]
                     if opts is not kind_seen:  # (tasks alike come in runs: an add a run)
                         kind_seen = add_kind(opts) or opts
-                    # Not Task(...), in 3.11 three times these lines; no id, its name and
-                    # command in one bytes object (pmc.dag.parsed).
-                    task = new_task(plain_task if pegasus is None else pegasus_task)
-                    name = parts[1]
-                    task._command, task._options = f"{name}\n{command}".encode(), opts
+                        slot = slot_of(opts)
                 else:
                     general = self.general_task(lineno, line, parts, tid, pegasus)
                     prefix, cut, last_options = shared.prefix, shared.cut, shared.last
+                    kind_seen = None  # (a new slot after an array: Parsed.skip)
                     if general is None:  # a task array (extension), its members taken
                         pegasus, index = None, self.index  # (the index, built for it)
                         continue
-                    task, name = general, general.name
+                    name, command, slot = general.name, general.command, slot_of(general._options)
                 if pegasus is not None:
-                    # A plain decimal SEQ is kept as its distance from the id (see
-                    # Task.pegasus_id): one shared small int when SEQ counts with it.
-                    task._pegasus = pegasus - tid if isinstance(pegasus, int) else pegasus  # type: ignore[misc]
+                    if isinstance(pegasus, int) and pegasus < SEQ_LIMIT and len(seqs) == tid:
+                        add_seq(pegasus)  # (the usual: every task has one)
+                    else:
+                        parsed.add_seq(tid, pegasus)
                     pegasus = None
                 if index is not None and index.setdefault(name, tid) != tid:
-                    raise _duplicate(path, lineno, line, tasks[index[name]])
-                add_task(task)
+                    raise _duplicate(path, lineno, line, name, parsed.lines[index[name]])
+                add_task(slot)
+                add_text(f"{name}\n{command}".encode())  # one bytes object (pmc.dag.parsed)
                 add_at(lineno)
             elif kind.startswith("#@"):
                 pegasus = _seq(path, lineno, line, parts, plain)
@@ -310,11 +308,11 @@ class _Reader:
         if isinstance(parsed, task_arrays.ArrayDef):
             task_arrays.define(parsed, self.path, line, tasks, self.need_index(), self.arrays,
                                pegasus)
-            self.lines.extend(array("I", [lineno]) * (len(tasks) - len(self.lines)))
+            self.parsed.skip(len(tasks) - tid, lineno)
             self.kinds.update(options_among(tasks[tid:]))
             shared.waiting = None
             return None
-        if shared.waiting is not None:  # a LinedTask: room for a Pegasus id
+        if shared.waiting is not None:
             shared.learn(parsed)
         self.kinds.add(options_of(parsed))
         return parsed
@@ -332,8 +330,8 @@ class _Reader:
         """The name index, built from the tasks read so far if it was left for later;
         a name twice among them makes the parse start again alone, which reports it."""
         if self.index is None:
-            # (No task array yet, which would need the index: every entry is a Task.)
-            self.index = name_index(cast("list[Task]", self.tasks))
+            # (No task array yet, which would need the index: every id has its text.)
+            self.index = name_index(self.parsed.names())
             if len(self.index) < len(self.tasks):
                 raise _HelperFailed
         return self.index
@@ -397,8 +395,8 @@ class _SharedOptions:
 
 def _seq(path: str, lineno: int, line: str, parts: list[str], plain: bool) -> int | str:
     """The SEQ of a "#@ SEQ TRANSFORMATION DAX_ID ..." line: an int when it reads back
-    the same (see Task.pegasus_id). In an is_plain block, two fields or more after SEQ
-    need no second look."""
+    the same (kept so in four bytes: ``pmc.dag.parsed``). In an is_plain block, two
+    fields or more after SEQ need no second look."""
     if parts[0] == "#@" and plain and len(parts) == 3 and (
             " " in (tail := parts[2].rstrip()) or "\t" in tail or "\r" in tail):
         seq = parts[1]
@@ -406,17 +404,18 @@ def _seq(path: str, lineno: int, line: str, parts: list[str], plain: bool) -> in
     return pegasus_seq(path, lineno, line)
 
 
-def _self_edge(path: str, lineno: int, line: str, name: str) -> DagError:
-    return DagError(
-        path, lineno, f"self edge: task {name!r} cannot depend on itself: {show(line)}"
-    )
+def _backward(path: str, lineno: int, line: str, p: int, c: int, name: str) -> bool:
+    """True: an edge from ``p`` to ``c <= p``, a task defined earlier (only such edges can
+    close a cycle); a self edge raises."""
+    if p == c:
+        raise DagError(
+            path, lineno, f"self edge: task {name!r} cannot depend on itself: {show(line)}")
+    return True
 
 
-def _duplicate(path: str, lineno: int, line: str, first: Optioned) -> DagError:
-    assert isinstance(first, Task)
+def _duplicate(path: str, lineno: int, line: str, name: str, first: int) -> DagError:
     return DagError(
-        path, lineno,
-        f"duplicate task id {first.name!r} (first defined at line {first.line}): {show(line)}",
+        path, lineno, f"duplicate task id {name!r} (first defined at line {first}): {show(line)}"
     )
 
 
@@ -429,9 +428,10 @@ def _unknown(path: str, lineno: int, line: str, kind: str) -> DagError:
 def read_task_lines(path: str, lines: list[str], before: int = 0,
                     ) -> tuple[list[Optioned], dict[str, int], dict[str, task_arrays.Array]]:
     """The TASK lines (and comments) of ``lines``, numbered from ``before + 1``, read as
-    ``parse_dag`` reads them: (tasks, their index by name, task arrays). An EDGE line
-    must have been blanked by the caller (``pmc.dag.extend`` reads those itself)."""
+    ``parse_dag`` reads them: (tasks, their index by name, task arrays), each task made.
+    An EDGE line must have been blanked by the caller (``pmc.dag.extend`` reads those
+    itself)."""
     reader = _Reader(path)
     reader.take(before, lines, False, True, False)
-    give_ids(reader.tasks)  # each handed out, as a DAG would
-    return reader.tasks, reader.need_index(), reader.arrays
+    tasks = [t.made(i) if isinstance(t, TaskSlot) else t for i, t in enumerate(reader.tasks)]
+    return tasks, reader.need_index(), reader.arrays

@@ -50,8 +50,6 @@ class Master:
         # The run: its transport, options, DAG and observers (every one, through a Fanout).
         self.t, self.opts, self.dag, self.out, self.mode = transport, opts, dag, out, mode
         self.done_at_start = done
-        # Task arrays: a member is made to be told of when ready, let go after its last try.
-        self.members = bool(dag.arrays)
         # The tasks' progress: the engine (readiness, tries), its order, jobstate numbers.
         order = ordering.path_order(dag, opts.schedule)
         self.engine = Engine(dag, tries=opts.tries, max_failures=opts.max_failures, done=done,
@@ -427,8 +425,8 @@ class Master:
             if not ok:
                 self.counts.tries_failed += 1
             self.out.result(task, self.seq[res.id], res, outcome.value)
-            if self.members and outcome is not Outcome.RETRY:
-                self.placer.let_go(res.id)  # an array member's last try
+            if outcome is not Outcome.RETRY:
+                self.placer.let_go(res.id)  # its last try: a Task made for it let go
             if outcome is Outcome.SUCCEEDED:
                 if self.debug:
                     log.debug(f"Task {task.name} finished with exitcode 0")

@@ -20,9 +20,13 @@ from pmc.core.events import Observer
 from pmc.core.protocol import TaskSpec
 from pmc.core.resources import Grant, Resources, Worker
 from pmc.dag import DAG
-from pmc.dag.arrays import MemberSlot, MemberTask
-from pmc.dag.model import TaskView, options_of, request_of
+from pmc.dag.arrays import MemberSlot
+from pmc.dag.model import MadeTask, TaskView, options_of, request_of
+from pmc.dag.parsed import TaskSlot
 from pmc.runtime.summary import Counts
+
+# What DAG.tasks holds for a task not made yet: made when it is taken to run.
+_SLOTS = frozenset((TaskSlot, MemberSlot))
 
 Batches = dict[int, list[TaskSpec]]  # worker rank -> tasks to send it
 
@@ -40,7 +44,6 @@ class Placer:
         self.out = out
         self.prefetch = prefetch
         self.set_affinity = set_affinity
-        self.members = bool(dag.arrays)  # task arrays: members are made when taken
         self.debug = log.enabled(log.DEBUG)
         self.trace = log.enabled(log.TRACE)
         # The GPU ids and cpu ids of queued tasks (taken from the task each follows):
@@ -101,18 +104,17 @@ class Placer:
         return number
 
     def let_go(self, task_id: int) -> None:
-        """A task's last try has ended: an array member's Task is let go, its
-        placeholder back in the DAG's tasks."""
+        """A task's last try has ended: a Task made for it is let go, its placeholder
+        back in the DAG's tasks."""
         task = self.dag.tasks[task_id]
-        if isinstance(task, MemberTask):
-            self.dag.tasks[task_id] = task.array.slot
+        if isinstance(task, MadeTask):
+            self.dag.tasks[task_id] = task.slot
 
     def make(self, task_id: int) -> None:
-        """An array member taken to run is made, and kept in the DAG's tasks until its
-        last try has ended (the master's ``complete``)."""
+        """A task taken to run is made (a parsed task, an array member), and kept in the
+        DAG's tasks until its last try has ended (the master's ``complete``)."""
         tasks = self.dag.tasks
-        owner = tasks[task_id].array
-        tasks[task_id] = owner.member(task_id - owner.first)
+        tasks[task_id] = tasks[task_id].made(task_id)
 
     def place(self, left: float | None) -> Batches:
         """Place what fits (``left``: seconds of wall time left, None: no limit)."""
@@ -140,7 +142,7 @@ class Placer:
                         continue
                     worker, plan = found
                 task_id = engine.pop(cls)
-                if self.members and tasks[task_id].__class__ is MemberSlot:
+                if tasks[task_id].__class__ in _SLOTS:
                     self.make(task_id)
                 if self.for_free_slot:
                     self.for_free_slot.discard(task_id)
@@ -214,7 +216,7 @@ class Placer:
             if tail < 0:
                 break
             task_id = engine.pop(cls)
-            if self.members and tasks[task_id].__class__ is MemberSlot:
+            if tasks[task_id].__class__ in _SLOTS:
                 self.make(task_id)
             if not self.admit(task_id, left):
                 continue

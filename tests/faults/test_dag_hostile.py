@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pmctest import tasks_of
 
 from pmc.dag import DAG, DagError, parse_dag, split_command
 
@@ -34,7 +35,7 @@ def check_dag(dag: DAG) -> None:
     assert len(dag.child_start) == n + 1
     assert dag.child_start[0] == 0
     assert dag.child_start[n] == len(dag.child_list) == dag.edge_count()
-    for i, task in enumerate(dag.tasks):
+    for i, task in enumerate(tasks_of(dag)):
         assert task.id == i
         assert dag.index[task.name] == i
         # Record fields end at space, tab and CR (as the reference's); other blanks,
@@ -227,7 +228,7 @@ def test_one_megabyte_lines(scratch: Path) -> None:
     big = "a" * (1 << 20)
     dag = outcome(scratch, f"TASK A /bin/echo {big}\nTASK B /bin/echo '{big} b'\n".encode())
     assert isinstance(dag, DAG)
-    assert split_command(dag.tasks[1].command) == ["/bin/echo", f"{big} b"]
+    assert split_command(dag.task(1).command) == ["/bin/echo", f"{big} b"]
     e = outcome(scratch, f"TASK A /bin/echo '{big}\n".encode())
     assert isinstance(e, DagError) and e.line == 1 and "unterminated quote" in e.message
     e = outcome(scratch, f"{big}\n".encode())
