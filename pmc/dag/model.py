@@ -400,7 +400,9 @@ class DAG:
     def index(self) -> dict[str, int]:
         """Each task's id by name (array members are in no index: ``id_of``)."""
         if self._index is None:
-            self._index = name_index(map(self.name_of, range(len(self.tasks))))
+            # (Each placeholder asked directly, in a list: a third less time than
+            # through name_of, 1.1-1.4 s a million names against 1.6-1.8.)
+            self._index = name_index([t.name_of(i) for i, t in enumerate(self.tasks)])
         return self._index
 
     def id_objects(self) -> Iterable[int]:
