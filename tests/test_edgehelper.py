@@ -9,9 +9,12 @@ and checks that the helper really did resolve some of the edges.
 from __future__ import annotations
 
 import io
+import os
 import sys
+import threading
 import time
 from array import array
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -514,6 +517,57 @@ def test_the_parser_counts_what_the_helper_did_not(counted: int) -> None:
     assert (list(parents), list(children)) == ([0, 1, 2, 3], [2, 3, 4, 4])
     stream.seek(0)
     assert edgehelper._read(stream, 6, parents, children, EdgeTally(6)) is None
+
+
+def test_a_question_during_the_check_of_the_names(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # The check for a name in two blocks comes after the edges and takes seconds at
+    # ten million tasks: a question that comes meanwhile is answered at the next block,
+    # and the edges (more than the pipe holds) and the header go while the check goes
+    # on; the verdict on the names comes last.
+    n = 20_000
+    tasks = "".join(f"TASK t{i} /bin/true\n" for i in range(n))
+    pairs = [(i, i + d) for i in range(n) for d in (1, 3, 40) if i + d < n]
+    path = write(tmp_path, tasks + "".join(f"EDGE t{p} t{c}\n" for p, c in pairs))
+    question, ask = os.pipe()
+    answers, answer = os.pipe()
+    asked = edgehelper._Asked(question, open(answer, "wb"))  # noqa: SIM115 (the helper's)
+    answered: list[int] = []  # the answer as each block of the check is read
+    headed = threading.Event()  # the parser has read the header
+    header_before_the_last_block: list[bool] = []
+    unique = helperindex.NameIndex.unique
+
+    def asked_in_the_check(index: helperindex.NameIndex, between: Callable[[], object]
+                           ) -> bool:
+        def then() -> None:
+            if not answered:
+                os.write(ask, edgehelper._QUESTION.pack(asked.first_edges, 0))
+            between()
+            answered.append(asked.split)
+            if len(index.blocks) == 1:
+                header_before_the_last_block.append(headed.wait(10))
+        return unique(index, then)
+
+    monkeypatch.setattr(helperindex.NameIndex, "unique", asked_in_the_check)
+
+    def helper() -> None:
+        with asked.out:
+            edgehelper.resolve(path, Path(path).stat().st_size, 1 << 16, asked, 1000)
+
+    thread = threading.Thread(target=helper)
+    thread.start()
+    parents, children, tally = array("I"), array("I"), EdgeTally(n)
+    with open(answers, "rb") as out:
+        assert edgehelper._OFFSET.unpack(out.read(8))[0] >= 0
+        (runs,) = edgehelper._MAP.unpack(out.read(edgehelper._MAP.size))
+        out.read(runs * edgehelper._ENTRY.size)
+        assert edgehelper._read(out, n, parents, children, tally) is False
+        headed.set()
+        assert out.read() == edgehelper._UNIQUE
+    thread.join()
+    assert len(answered) > 1 and answered[0] >= 0  # at the first of the blocks
+    assert header_before_the_last_block == [True]
+    assert sorted(zip(parents, children, strict=True)) == pairs and len(pairs) * 8 > 1 << 16
 
 
 def test_ids_of_names() -> None:

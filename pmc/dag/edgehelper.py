@@ -35,10 +35,13 @@ records, the runs and edges counted, the tally's flags, and where it counted any
 task's parents and children as native unsigned 32-bit arrays), then each run's edges
 as a frame (``_FRAME``: a count, then the parents and the children as such arrays),
 from the end of the file back, the counted first, and last an ``_END`` frame and a
-header (``_HEADER``: TASK records seen, edges, whether any edge points backward). The
+header (``_HEADER``: TASK records seen, edges, whether any edge points backward), and
+once it has checked that no name is in two blocks of its index, ``_UNIQUE``. The
 frames go as far as the pipe takes them while the helper works, never waiting for the
 parser: the parser counts those not counted as they come, rather than idle until the
-last.
+last. The check of the names comes last, and takes ~2 s at ten million tasks: a
+question that comes meanwhile is answered, and the frames and header written from a
+thread, while it goes on; the parser builds its DAG before it waits for ``_UNIQUE``.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ import os
 import select
 import struct
 import sys
+import threading
 import time
 from array import array
 from collections import deque
@@ -77,12 +81,14 @@ _FRAME = struct.Struct("=Q")
 _END = (1 << 64) - 1  # the frame count that ends the frames
 _HEADER = struct.Struct("=QQB")
 _TALLY = struct.Struct("=QQQBBq")
+_UNIQUE = b"U"  # the last byte: no task name is given twice
 _PIPE_BYTES = 1 << 20  # the helper's stdout, where the system allows (the default is 64 KiB)
 # The helper's name index is a dict far bigger than the TLB reaches with 4 KiB pages.
 # Where transparent huge pages are given only on request (the "madvise" setting), glibc
 # (2.35 on) asks for them for what it allocates when told so: at ten million tasks the
 # lookups then take 0.5-1 s less. Elsewhere the tunable is unknown and ignored.
 _HUGE_PAGES = "glibc.malloc.hugetlb=1"
+_IOV_MAX = os.sysconf("SC_IOV_MAX")  # the parts of one write
 
 
 class EdgeHelper:
@@ -139,9 +145,16 @@ class EdgeHelper:
         as the parser read it (the arrays and the tally are then spoilt)."""
         out = self.proc.stdout
         assert out is not None
+        return _read(out, tasks, parents, children, tally)
+
+    def names_unique(self) -> bool:
+        """Whether the helper found every task name once (after ``result``); False
+        when it has gone without saying so."""
+        out = self.proc.stdout
+        assert out is not None
         with out:
-            backward = _read(out, tasks, parents, children, tally)
-        return backward if self.proc.wait() == 0 else None
+            said = out.read(len(_UNIQUE) + 1)
+        return self.proc.wait() == 0 and said == _UNIQUE
 
     def stop(self) -> None:
         """Stop the helper without its result."""
@@ -197,7 +210,7 @@ def _read(out: IO[bytes], tasks: int, parents: array[int], children: array[int],
     except (EOFError, IndexError):  # cut short, or a task id beyond this parse's tasks
         return None
     header = out.read(_HEADER.size)
-    if len(header) < _HEADER.size or out.read(1):
+    if len(header) < _HEADER.size:
         return None
     ntasks, nedges, backward = _HEADER.unpack(header)
     if (ntasks, nedges) != (tasks, tally.edges):
@@ -279,10 +292,13 @@ class _Frames:
     def __init__(self, fd: int, first: bytes) -> None:
         self.fd = fd
         self.pending: deque[memoryview] = deque([memoryview(first)])
+        self.writer: threading.Thread | None = None
+        self.failed: OSError | None = None  # the writer's, raised at the end
         os.set_blocking(fd, False)
         self.pump()
 
     def add(self, parents: array[int], children: array[int]) -> None:
+        assert self.writer is None, "no frame is added after the end"
         self.pending.append(memoryview(b"".join((_FRAME.pack(len(parents)), parents,
                                                  children))))
         self.pump()
@@ -299,13 +315,43 @@ class _Frames:
                 return
             pending.popleft()
 
-    def end(self, header: bytes) -> None:
-        """The last frames, the end and the header, waiting for the parser to take them."""
+    def end(self, header: bytes, background: bool = False) -> None:
+        """The last frames, the end and the header, waiting for the parser to take them;
+        with ``background`` from a thread, while the helper goes on (a blocking write
+        waits in the kernel, without the interpreter's lock): see ``ended``."""
         os.set_blocking(self.fd, True)
         self.pending.append(memoryview(_FRAME.pack(_END) + header))
-        for data in self.pending:
-            while data:
-                data = data[os.write(self.fd, data):]
+        if not background:
+            _write_all(self.fd, self.pending)
+            return
+        self.writer = threading.Thread(target=self._write_pending, daemon=True)
+        self.writer.start()
+
+    def _write_pending(self) -> None:
+        try:
+            _write_all(self.fd, self.pending)
+        except OSError as e:  # the parser has gone
+            self.failed = e
+
+    def ended(self) -> None:
+        """Wait for the thread of ``end(background=True)`` to have written all."""
+        if self.writer is not None:
+            self.writer.join()
+            if self.failed is not None:
+                raise self.failed
+
+
+def _write_all(fd: int, pending: deque[memoryview]) -> None:
+    """Write ``pending`` to ``fd`` (blocking), as few calls as the system's limit on the
+    parts of one write allows."""
+    while pending:
+        parts = [pending.popleft() for _ in range(min(len(pending), _IOV_MAX))]
+        written = os.writev(fd, parts)
+        while parts and written >= len(parts[0]):  # (cut short only by a signal)
+            written -= len(parts.pop(0))
+        if parts:
+            parts[0] = parts[0][written:]
+            pending.extendleft(reversed(parts))
 
 
 def resolve(path: str, size: int, chunk: int, asked: _Asked, block: int = BLOCK) -> None:
@@ -342,8 +388,7 @@ def resolve(path: str, size: int, chunk: int, asked: _Asked, block: int = BLOCK)
         done = size  # the EDGE lines from here on are resolved
         backward = False
         nedges = 0
-        held: list[tuple[array[int], array[int]]] = []  # resolved before the answer
-        frames: _Frames | None = None
+        sent = _Sent(asked, ntasks)
         started = time.perf_counter()
         index.sealed()
         for offset, length, lines, before in reversed(blocks):
@@ -364,19 +409,58 @@ def resolve(path: str, size: int, chunk: int, asked: _Asked, block: int = BLOCK)
                 continue
             backward = backward or back
             nedges += len(parents)
-            held.append((parents, children))
-            if asked.split >= 0:  # answered: from now on each run goes as it is resolved
-                frames = frames or _Frames(asked.out.fileno(), _uncounted(ntasks))
-                for run in held:
-                    frames.add(*run)
-                held.clear()
-        if not index.unique():
+            sent.add(parents, children)
+        header = _HEADER.pack(ntasks, nedges, backward)
+        if not index.unique(lambda: sent.answer(done, header)):
             raise DagError(path, None, "duplicate task id")  # the parser reports it
-    if frames is None:
-        frames = _count_until_asked(held, ntasks, asked, done)
-    for run in held:
-        frames.add(*run)
-    frames.end(_HEADER.pack(ntasks, nedges, backward))
+    sent.end(done, header)
+    asked.out.write(_UNIQUE)
+    asked.out.flush()
+
+
+class _Sent:
+    """The helper's edges on their way to the parser: held until it is answered, then
+    frames, each run as it is resolved."""
+
+    def __init__(self, asked: _Asked, ntasks: int) -> None:
+        self.asked = asked
+        self.ntasks = ntasks
+        self.held: list[tuple[array[int], array[int]]] = []  # resolved before the answer
+        self.frames: _Frames | None = None
+
+    def add(self, parents: array[int], children: array[int]) -> None:
+        self.held.append((parents, children))
+        if self.asked.split >= 0:  # answered: from now on each run goes as it is resolved
+            self._send_held()
+
+    def _send_held(self) -> None:
+        frames = self.frames = self.frames or _Frames(self.asked.out.fileno(),
+                                                      _uncounted(self.ntasks))
+        for run in self.held:
+            frames.add(*run)
+        self.held.clear()
+
+    def answer(self, done: int, header: bytes) -> None:
+        """Between two blocks of the check of the names (the EDGE lines from ``done`` on
+        resolved): the parser answered if it has asked, and the edges and ``header``
+        sent from a thread while the check goes on, the parser counting them as they
+        come."""
+        if self.frames is None and (self.asked.split >= 0 or self.asked.waiting()):
+            self.asked.poll(done)
+            self._send_held()
+        if self.frames is not None and self.frames.writer is None:
+            self.frames.end(header, background=True)
+
+    def end(self, done: int, header: bytes) -> None:
+        """The rest, and ``header``: the edges counted until the question comes where it
+        has not come yet."""
+        if self.frames is None:
+            self.frames = _count_until_asked(self.held, self.ntasks, self.asked, done)
+            for run in self.held:
+                self.frames.add(*run)
+        if self.frames.writer is None:
+            self.frames.end(header)
+        self.frames.ended()
 
 
 def _count_until_asked(held: list[tuple[array[int], array[int]]], ntasks: int,

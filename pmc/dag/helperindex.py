@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import re
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import repeat
 from operator import eq, ge, itemgetter
 from typing import IO
@@ -131,8 +131,8 @@ class NameIndex:
     from then on; so do the first blocks where the EDGE lines resolved first (the file's
     last run: ``named_last``) name tasks in them, as EDGE lines in no order do. A name in
     two blocks is found once the edges are resolved (``unique``), in a set: a set takes
-    a name in a third of a dict's time, and by then the parser is not yet waiting for
-    the helper."""
+    a name in a third of a dict's time (still ~2 s at ten million names, so the helper
+    answers the parser and sends its edges between two blocks of the check)."""
 
     def __init__(self, block: int, named_last: set[bytes]) -> None:
         self.block = block
@@ -205,13 +205,14 @@ class NameIndex:
                 return None
         return ids
 
-    def unique(self) -> bool:
+    def unique(self, between: Callable[[], object] = lambda: None) -> bool:
         """Whether no name was added twice; the blocks are let go as they are read (the
-        index is then spent)."""
+        index is then spent). ``between`` is called before each block is read."""
         if self.whole is not None:
             return len(self.whole) == self.named
         seen: set[bytes] = set()
         while self.blocks:
+            between()
             seen.update(self.blocks.pop())
         return len(seen) == self.named
 

@@ -154,6 +154,10 @@ def _parse(path: str, f: BinaryIO, helper: edgehelper.EdgeHelper | None = None) 
     edges = [reader.parents, reader.children, reader.edge_lines]
     reader.parents = reader.children = reader.edge_lines = array("I")
     dag = build_dag(path, reader.tasks, reader.index, edges, backward, reader.arrays, tally)
+    # The helper checks the task names last (seconds at ten million tasks): the DAG is
+    # built meanwhile.
+    if split >= 0 and helper is not None and not helper.names_unique():
+        raise _HelperFailed
     dag.counted_kinds(reader.kinds, len(reader.tasks))
     return dag
 
