@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pmctest import tasks_of
 
-from pmc.dag import DAG, DagError, edgehelper, helperindex, parse_dag
+from pmc.dag import DAG, DagError, edgehelper, helperindex, helperwire, parse_dag
 from pmc.dag import reader as dagmod
 from pmc.dag.graph import EdgeTally
 
@@ -502,11 +502,11 @@ def test_the_parser_counts_what_the_helper_did_not(counted: int) -> None:
     for run in runs[:counted]:
         theirs.add_before(*run)
     stream = io.BytesIO(b"".join((
-        edgehelper._counted(theirs, counted),
-        *(b"".join((edgehelper._FRAME.pack(2), *run)) for run in runs),
-        edgehelper._FRAME.pack(edgehelper._END), edgehelper._HEADER.pack(5, 4, False))))
+        helperwire._counted(theirs, counted),
+        *(b"".join((helperwire._FRAME.pack(2), *run)) for run in runs),
+        helperwire._FRAME.pack(helperwire._END), helperwire.HEADER.pack(5, 4, False))))
     parents, children, tally = array("I"), array("I"), EdgeTally(5)
-    assert edgehelper._read(stream, 5, parents, children, tally) is False
+    assert helperwire.read_edges(stream, 5, parents, children, tally) is False
     whole = EdgeTally(5)
     for run in runs:
         whole.add_before(*run)
@@ -516,7 +516,7 @@ def test_the_parser_counts_what_the_helper_did_not(counted: int) -> None:
     assert (tally.ascending, tally.ordered) == (whole.ascending, whole.ordered) == (True, True)
     assert (list(parents), list(children)) == ([0, 1, 2, 3], [2, 3, 4, 4])
     stream.seek(0)
-    assert edgehelper._read(stream, 6, parents, children, EdgeTally(6)) is None
+    assert helperwire.read_edges(stream, 6, parents, children, EdgeTally(6)) is None
 
 
 def test_a_question_during_the_check_of_the_names(tmp_path: Path,
@@ -531,7 +531,7 @@ def test_a_question_during_the_check_of_the_names(tmp_path: Path,
     path = write(tmp_path, tasks + "".join(f"EDGE t{p} t{c}\n" for p, c in pairs))
     question, ask = os.pipe()
     answers, answer = os.pipe()
-    asked = edgehelper._Asked(question, open(answer, "wb"))  # noqa: SIM115 (the helper's)
+    asked = helperwire.Asked(question, open(answer, "wb"))  # noqa: SIM115 (the helper's)
     answered: list[int] = []  # the answer as each block of the check is read
     headed = threading.Event()  # the parser has read the header
     header_before_the_last_block: list[bool] = []
@@ -541,7 +541,7 @@ def test_a_question_during_the_check_of_the_names(tmp_path: Path,
                            ) -> bool:
         def then() -> None:
             if not answered:
-                os.write(ask, edgehelper._QUESTION.pack(asked.first_edges, 0))
+                os.write(ask, helperwire.QUESTION.pack(asked.first_edges, 0))
             between()
             answered.append(asked.split)
             if len(index.blocks) == 1:
@@ -558,12 +558,12 @@ def test_a_question_during_the_check_of_the_names(tmp_path: Path,
     thread.start()
     parents, children, tally = array("I"), array("I"), EdgeTally(n)
     with open(answers, "rb") as out:
-        assert edgehelper._OFFSET.unpack(out.read(8))[0] >= 0
-        (runs,) = edgehelper._MAP.unpack(out.read(edgehelper._MAP.size))
-        out.read(runs * edgehelper._ENTRY.size)
-        assert edgehelper._read(out, n, parents, children, tally) is False
+        assert helperwire.OFFSET.unpack(out.read(8))[0] >= 0
+        (runs,) = helperwire.MAP.unpack(out.read(helperwire.MAP.size))
+        out.read(runs * helperwire.ENTRY.size)
+        assert helperwire.read_edges(out, n, parents, children, tally) is False
         headed.set()
-        assert out.read() == edgehelper._UNIQUE
+        assert out.read() == helperwire.UNIQUE
     thread.join()
     assert len(answered) > 1 and answered[0] >= 0  # at the first of the blocks
     assert header_before_the_last_block == [True]
